@@ -1,0 +1,268 @@
+"""Fleet events: what a fleet of agents reports, and their JSON form.
+
+Every event names its ``agent`` and ``workspace``. ``AgentSpawned``, ``StatusChanged``,
+``AgentFinished`` and ``AgentGone`` notify by default; the others (``Output``, ``ToolStarted``,
+``ToolFinished``, ``AgentInit``, ``StorePersistFailed``, ``RepoHealth``) and kinds this version
+does not know parse into ``UnknownEvent`` or their own class and are ignored by default, never
+rejected: a newer fleet must not break an older gateway.
+
+``parse_event`` raises ``EventError`` naming the field that was wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "NOTIFYING_KINDS",
+    "AgentFinished",
+    "AgentGone",
+    "AgentInit",
+    "AgentSpawned",
+    "EventError",
+    "FleetEvent",
+    "Outcome",
+    "Output",
+    "RepoHealth",
+    "StatusChanged",
+    "StorePersistFailed",
+    "ToolFinished",
+    "ToolStarted",
+    "UnknownEvent",
+    "event_to_json",
+    "parse_event",
+    "parse_event_line",
+]
+
+
+class EventError(ValueError):
+    """A fleet event that cannot be read; ``field`` names what was wrong."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+class Outcome(enum.Enum):
+    DONE = "done"
+    FAILED = "failed"
+    CRASHED = "crashed"
+    KILLED = "killed"
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (Outcome.FAILED, Outcome.CRASHED)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetEvent:
+    agent: str
+    workspace: str = "default"
+    at: float | None = None  # the fleet's timestamp (epoch s), informational only
+
+    kind: ClassVar[str] = "FleetEvent"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpawned(FleetEvent):
+    title: str = ""
+    kind: ClassVar[str] = "AgentSpawned"
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChanged(FleetEvent):
+    status: str = ""
+    kind: ClassVar[str] = "StatusChanged"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFinished(FleetEvent):
+    outcome: Outcome = Outcome.DONE
+    cost: float = 0.0
+    turns: int = 0
+    kind: ClassVar[str] = "AgentFinished"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentGone(FleetEvent):
+    reason: str = ""
+    kind: ClassVar[str] = "AgentGone"
+
+
+@dataclass(frozen=True, slots=True)
+class Output(FleetEvent):
+    text: str = ""
+    kind: ClassVar[str] = "Output"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted(FleetEvent):
+    tool: str = ""
+    kind: ClassVar[str] = "ToolStarted"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished(FleetEvent):
+    tool: str = ""
+    ok: bool = True
+    kind: ClassVar[str] = "ToolFinished"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInit(FleetEvent):
+    kind: ClassVar[str] = "AgentInit"
+
+
+@dataclass(frozen=True, slots=True)
+class StorePersistFailed(FleetEvent):
+    error: str = ""
+    kind: ClassVar[str] = "StorePersistFailed"
+
+
+@dataclass(frozen=True, slots=True)
+class RepoHealth(FleetEvent):
+    status: str = ""
+    kind: ClassVar[str] = "RepoHealth"
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent(FleetEvent):
+    """A kind this version does not know: accepted, kept, and ignored by default."""
+
+    unknown_kind: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    kind: ClassVar[str] = "Unknown"
+
+
+_KNOWN: dict[str, type[FleetEvent]] = {
+    cls.kind: cls
+    for cls in (
+        AgentSpawned,
+        StatusChanged,
+        AgentFinished,
+        AgentGone,
+        Output,
+        ToolStarted,
+        ToolFinished,
+        AgentInit,
+        StorePersistFailed,
+        RepoHealth,
+    )
+}
+
+NOTIFYING_KINDS: frozenset[str] = frozenset(
+    {"AgentSpawned", "StatusChanged", "AgentFinished", "AgentGone"}
+)
+
+
+def _text(data: Mapping[str, Any], name: str, *, required: bool = False, default: str = "") -> str:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise EventError(name, "is required (a non-empty string)")
+        return default
+    if not isinstance(value, str):
+        raise EventError(name, f"must be a string, got {type(value).__name__}")
+    if required and not value:
+        raise EventError(name, "must not be empty")
+    return value
+
+
+def _number(data: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise EventError(name, f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+def parse_event(data: Any) -> FleetEvent:
+    """Read one event from its JSON form (a mapping with ``kind`` and ``agent``)."""
+    if not isinstance(data, Mapping):
+        raise EventError("event", f"must be a JSON object, got {type(data).__name__}")
+    kind = _text(data, "kind", required=True)
+    agent = _text(data, "agent", required=True)
+    workspace = _text(data, "workspace", default="default") or "default"
+    at = _number(data, "at", None)
+    cls = _KNOWN.get(kind)
+    if cls is None:
+        extra = {k: v for k, v in data.items() if k not in ("kind", "agent", "workspace", "at")}
+        return UnknownEvent(agent, workspace, at, unknown_kind=kind, data=extra)
+    if cls is AgentSpawned:
+        return AgentSpawned(agent, workspace, at, title=_text(data, "title"))
+    if cls is StatusChanged:
+        return StatusChanged(agent, workspace, at, status=_text(data, "status", required=True))
+    if cls is AgentFinished:
+        raw = _text(data, "outcome", required=True)
+        try:
+            outcome = Outcome(raw)
+        except ValueError:
+            allowed = "|".join(o.value for o in Outcome)
+            raise EventError("outcome", f"must be one of {allowed}, got {raw!r}") from None
+        cost = _number(data, "cost", 0.0) or 0.0
+        turns_value = data.get("turns", 0)
+        if isinstance(turns_value, bool) or not isinstance(turns_value, int) or turns_value < 0:
+            raise EventError("turns", f"must be a non-negative integer, got {turns_value!r}")
+        return AgentFinished(agent, workspace, at, outcome=outcome, cost=cost, turns=turns_value)
+    if cls is AgentGone:
+        return AgentGone(agent, workspace, at, reason=_text(data, "reason"))
+    if cls is Output:
+        return Output(agent, workspace, at, text=_text(data, "text"))
+    if cls is ToolStarted:
+        return ToolStarted(agent, workspace, at, tool=_text(data, "tool"))
+    if cls is ToolFinished:
+        ok = data.get("ok", True)
+        if not isinstance(ok, bool):
+            raise EventError("ok", f"must be a boolean, got {ok!r}")
+        return ToolFinished(agent, workspace, at, tool=_text(data, "tool"), ok=ok)
+    if cls is StorePersistFailed:
+        return StorePersistFailed(agent, workspace, at, error=_text(data, "error"))
+    if cls is RepoHealth:
+        return RepoHealth(agent, workspace, at, status=_text(data, "status"))
+    return cls(agent, workspace, at)
+
+
+def parse_event_line(line: str) -> FleetEvent:
+    """Read one event from a line of JSON."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EventError("json", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    return parse_event(data)
+
+
+def event_to_json(event: FleetEvent) -> dict[str, Any]:
+    """The JSON form of an event; ``parse_event(event_to_json(e)) == e``."""
+    if isinstance(event, UnknownEvent):
+        out: dict[str, Any] = dict(event.data)
+        out["kind"] = event.unknown_kind
+    else:
+        out = {"kind": event.kind}
+    out["agent"] = event.agent
+    out["workspace"] = event.workspace
+    if event.at is not None:
+        out["at"] = event.at
+    if isinstance(event, AgentSpawned) and event.title:
+        out["title"] = event.title
+    elif isinstance(event, (StatusChanged, RepoHealth)):
+        out["status"] = event.status
+    elif isinstance(event, AgentFinished):
+        out.update(outcome=event.outcome.value, cost=event.cost, turns=event.turns)
+    elif isinstance(event, AgentGone) and event.reason:
+        out["reason"] = event.reason
+    elif isinstance(event, Output):
+        out["text"] = event.text
+    elif isinstance(event, (ToolStarted, ToolFinished)):
+        out["tool"] = event.tool
+        if isinstance(event, ToolFinished):
+            out["ok"] = event.ok
+    elif isinstance(event, StorePersistFailed):
+        out["error"] = event.error
+    return out

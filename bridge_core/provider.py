@@ -1,0 +1,395 @@
+"""The provider contract: what the core asks of every chat platform plugin.
+
+Outbound, a provider posts to a conversation (channel, optional thread) and edits its own
+messages; inbound, it hands the core user messages; around both it has a lifecycle
+(``receive`` runs until the connection is lost, ``aclose`` releases it) so the core's reconnect
+watcher can rebuild a failed instance.
+
+Exception hierarchy::
+
+    ProviderError                 anything a provider call can raise
+    ├── RateLimited               the platform said "slow down" (retry_after: float | None)
+    ├── NotFound                  the message (or thread) is gone
+    ├── Forbidden                 the bot lost access to the channel
+    ├── Unreachable               permanent: bot blocked, channel deleted, bad credentials
+    └── TransportError            transient: network failure, 5xx, timeout
+        └── ConnectionLost        an inbound connection dropped; the watcher rebuilds
+
+``ERROR_TABLE`` says, for each class, what the notifier and the ledger do with it, so no package
+invents its own reading.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "DISCORD_BUDGET",
+    "ERROR_TABLE",
+    "SLACK_BUDGET",
+    "TEAMS_BUDGET",
+    "UNLIMITED_BUDGET",
+    "BUDGET_PRESETS",
+    "Capabilities",
+    "ChatProvider",
+    "ConnectionLost",
+    "ErrorReading",
+    "Forbidden",
+    "HttpRequest",
+    "HttpResponse",
+    "HttpRoute",
+    "InboundMessage",
+    "InboundSink",
+    "KeyValueStore",
+    "LengthUnit",
+    "MessageRef",
+    "NotFound",
+    "ProviderError",
+    "RateLimited",
+    "SendBudget",
+    "TransportError",
+    "Unreachable",
+    "Window",
+    "reading_for",
+]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ProviderError(Exception):
+    """Base of every error a provider raises from ``post``, ``edit``, ``probe`` or ``receive``."""
+
+
+class RateLimited(ProviderError):
+    """The platform refused the call for now; ``retry_after`` seconds when it said how long."""
+
+    def __init__(self, message: str = "rate limited", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"RateLimited({str(self)!r}, retry_after={self.retry_after!r})"
+
+
+class NotFound(ProviderError):
+    """The message (or thread) no longer exists: an edit target was deleted."""
+
+
+class Forbidden(ProviderError):
+    """The bot lost access to the channel; it may come back (re-checked every 5 minutes)."""
+
+
+class Unreachable(ProviderError):
+    """Permanent: the bot is blocked, the channel deleted, the credentials revoked."""
+
+
+class TransportError(ProviderError):
+    """Transient: a network failure, a timeout or a platform 5xx."""
+
+
+class ConnectionLost(TransportError):
+    """An inbound connection dropped; the reconnect watcher builds a new instance."""
+
+
+class NotifierAction(enum.Enum):
+    PAUSE_CHANNEL = "pause the channel for retry_after (or back off 1 s..60 s), keep collapsing"
+    DROP_REF_REPOST = "drop the message ref; the next update posts one new message"
+    MARK_UNHEALTHY = "mark the channel unhealthy, log once, re-check every 5 minutes"
+    GIVE_UP_CHANNEL = "stop sending to the channel; log once; health shows it"
+    BACK_OFF = "back off exponentially 1 s..60 s with jitter, then render current state"
+
+
+class LedgerAction(enum.Enum):
+    WAIT_PENALTY = "wait out retry_after and resend in process; does not spend the resend budget"
+    RESEND_AS_POST = "an edit target is gone: post the reply as a new message"
+    KEEP_FOR_RECHECK = "keep the row failed; resend after the channel is healthy or at next start"
+    ABANDON = "never retried: mark the row abandoned (kept, visible, not sent)"
+    RESEND_SCHEDULE = "resend after 30 s, then 2 min; the third resend is left to the next start"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReading:
+    error: type[ProviderError]
+    meaning: str
+    notifier: NotifierAction
+    ledger: LedgerAction
+
+
+ERROR_TABLE: tuple[ErrorReading, ...] = (
+    ErrorReading(
+        RateLimited,
+        "the platform asked us to slow down",
+        NotifierAction.PAUSE_CHANNEL,
+        LedgerAction.WAIT_PENALTY,
+    ),
+    ErrorReading(
+        NotFound,
+        "the message was deleted",
+        NotifierAction.DROP_REF_REPOST,
+        LedgerAction.RESEND_AS_POST,
+    ),
+    ErrorReading(
+        Forbidden,
+        "the bot lost access to the channel",
+        NotifierAction.MARK_UNHEALTHY,
+        LedgerAction.KEEP_FOR_RECHECK,
+    ),
+    ErrorReading(
+        Unreachable,
+        "permanent: blocked, deleted, revoked",
+        NotifierAction.GIVE_UP_CHANNEL,
+        LedgerAction.ABANDON,
+    ),
+    ErrorReading(
+        TransportError,
+        "transient: network, timeout, 5xx",
+        NotifierAction.BACK_OFF,
+        LedgerAction.RESEND_SCHEDULE,
+    ),
+)
+
+
+def reading_for(error: BaseException) -> ErrorReading:
+    """The row of ``ERROR_TABLE`` for an error; anything unclassified reads as transient."""
+    for reading in ERROR_TABLE:
+        if isinstance(error, reading.error):
+            return reading
+    return ERROR_TABLE[-1]
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """At most ``limit`` sends in any ``seconds``-long sliding window."""
+
+    limit: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SendBudget:
+    """A channel's send limits: a token bucket plus sliding windows, and edit spacing.
+
+    A token bucket alone admits ``burst + rate * W`` sends in a window of ``W`` seconds (1,807 an
+    hour on Teams' 7 + 0.5/s), which breaks an hourly cap; the windows bound that exactly.
+    """
+
+    burst: int
+    per_second: float
+    windows: tuple[Window, ...] = ()
+    edit_spacing: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.burst < 1:
+            raise ValueError(f"SendBudget.burst must be at least 1, got {self.burst}")
+        if self.per_second <= 0:
+            raise ValueError(f"SendBudget.per_second must be positive, got {self.per_second}")
+        if self.edit_spacing < 0:
+            raise ValueError(f"SendBudget.edit_spacing must be >= 0, got {self.edit_spacing}")
+        for window in self.windows:
+            if window.limit < 1 or window.seconds <= 0:
+                raise ValueError(f"SendBudget window must have limit >= 1, seconds > 0: {window}")
+
+    @classmethod
+    def hourly(
+        cls, *, burst: int, per_hour: int, edit_spacing: float = 2.0, extra: Sequence[Window] = ()
+    ) -> SendBudget:
+        """A bucket refilling at ``per_hour / 3600`` per second, capped at ``per_hour`` an hour."""
+        return cls(
+            burst=burst,
+            per_second=per_hour / 3600.0,
+            windows=(*extra, Window(per_hour, 3600.0)),
+            edit_spacing=edit_spacing,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "burst": self.burst,
+            "per_second": self.per_second,
+            "windows": [{"limit": w.limit, "seconds": w.seconds} for w in self.windows],
+            "edit_spacing": self.edit_spacing,
+        }
+
+
+# Seed ADR 0007's presets. Teams adds the documented short windows (PLATFORMS.md).
+SLACK_BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
+DISCORD_BUDGET = SendBudget.hourly(burst=5, per_hour=3600)
+TEAMS_BUDGET = SendBudget.hourly(
+    burst=7, per_hour=1800, extra=(Window(7, 1.0), Window(8, 2.0), Window(60, 30.0))
+)
+UNLIMITED_BUDGET = SendBudget(burst=1_000_000, per_second=1_000_000.0, edit_spacing=0.0)
+BUDGET_PRESETS: dict[str, SendBudget] = {
+    "slack": SLACK_BUDGET,
+    "discord": DISCORD_BUDGET,
+    "teams": TEAMS_BUDGET,
+    "unlimited": UNLIMITED_BUDGET,
+}
+
+
+# --------------------------------------------------------------------------- capabilities
+
+
+class LengthUnit(enum.Enum):
+    """What a platform counts when it limits a message's length."""
+
+    CHARACTERS = "characters"  # Unicode code points
+    UTF16 = "utf16"  # UTF-16 code units (JavaScript string length)
+    BYTES = "bytes"  # UTF-8 bytes of the payload
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    edit: bool
+    max_length: int
+    length_unit: LengthUnit = LengthUnit.CHARACTERS
+    threads: bool = False
+    inbound: bool = False
+    probe: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "edit": self.edit,
+            "max_length": self.max_length,
+            "length_unit": self.length_unit.value,
+            "threads": self.threads,
+            "inbound": self.inbound,
+            "probe": self.probe,
+        }
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRef:
+    """A posted message, enough to edit it later. ``message_id`` is the platform's id."""
+
+    channel: str
+    message_id: str
+    thread: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A message a person (or a bot) wrote in a channel, as a provider hands it to the core.
+
+    ``message_id`` is the platform's stable id: replays of one message carry the same id.
+    ``at`` is the platform's timestamp in epoch seconds.
+    """
+
+    message_id: str
+    channel: str
+    author: str
+    text: str
+    at: float
+    thread: str | None = None
+    author_is_bot: bool = False
+    platform: str = ""
+    profile: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+InboundSink = Callable[[InboundMessage], Awaitable[None]]
+"""Where a provider hands inbound messages; the core's dedup and admission sit behind it."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """A framework-neutral HTTP request handed to a provider's inbound route."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    query: dict[str, str] = field(default_factory=dict)
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        for key, value in self.headers.items():
+            if key.lower() == lowered:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRoute:
+    """A route a provider contributes to the gateway's HTTP server (Slack Events, Teams)."""
+
+    method: str
+    path: str
+    handler: Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+@runtime_checkable
+class KeyValueStore(Protocol):
+    """A small persistent store the core lends providers (kept beside the ledger)."""
+
+    async def get(self, namespace: str, key: str) -> bytes | None: ...
+
+    async def put(self, namespace: str, key: str, value: bytes) -> None: ...
+
+    async def delete(self, namespace: str, key: str) -> None: ...
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+class ChatProvider:
+    """Base class of every provider instance (one per bot profile).
+
+    Subclasses implement ``post`` and, with edit support, ``edit``; they override ``probe`` when
+    the platform has a cheap way to tell whether the bot can still post to a channel, ``receive``
+    when they take inbound messages over a connection, and ``http_routes`` when inbound arrives
+    over HTTP. Every method raises only ``ProviderError`` subclasses.
+    """
+
+    name: str = "provider"
+    capabilities: Capabilities = Capabilities(edit=False, max_length=4000)
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        raise NotImplementedError
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        raise Unreachable(f"provider {self.name!r} cannot edit messages (capabilities.edit=False)")
+
+    async def probe(self, channel: str) -> bool | None:
+        """Whether the bot can post to ``channel``; ``None`` when the provider cannot tell cheaply
+        (the sender then re-checks with a real send)."""
+        return None
+
+    async def receive(self, sink: InboundSink) -> None:
+        """Deliver inbound messages to ``sink`` until cancelled; raise ``ConnectionLost`` when the
+        connection drops (the watcher rebuilds) or ``Unreachable`` when it never will work.
+        Providers without a connection return at once."""
+        return None
+
+    def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
+        """Routes served on the gateway's HTTP server that feed ``sink``."""
+        return ()
+
+    def escape(self, text: str) -> str:
+        """Neutralise mass pings and markup in agent-controlled text for this platform."""
+        return text
+
+    async def aclose(self) -> None:
+        return None
+
+    async def __aenter__(self) -> ChatProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

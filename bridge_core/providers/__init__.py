@@ -1,0 +1,1 @@
+"""bridge_core.providers"""
