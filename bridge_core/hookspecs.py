@@ -1,0 +1,75 @@
+"""The hooks a bridge-core plugin implements.
+
+Hooks *register* things and stay synchronous (simonw/llm's style): the async work lives on the
+registered objects. A provider plugin is a distribution with an entry point in the group
+``bridge_core`` pointing at a module with ``@hookimpl`` functions::
+
+    from bridge_core.hookspecs import hookimpl, ProviderType
+
+    @hookimpl
+    def register_providers(register):
+        register(ProviderType(name="slack", ...))
+
+Hookimpls never declare default arguments (pluggy never passes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+from pydantic import BaseModel
+
+from bridge_core.provider import Capabilities, ChatProvider, KeyValueStore, SendBudget
+
+__all__ = [
+    "PROJECT_NAME",
+    "ProviderContext",
+    "ProviderType",
+    "hookimpl",
+    "hookspec",
+    "register_providers",
+]
+
+PROJECT_NAME = "bridge_core"  # the pluggy project name and the entry-point group
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderContext:
+    """What the core hands a provider factory besides its settings."""
+
+    profile: str
+    kv: KeyValueStore | None = None
+    api_base_url: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderType:
+    """A provider, declared without connecting to anything.
+
+    ``settings_model`` validates a profile's ``settings`` table in config; ``factory`` builds one
+    provider instance (one bot profile) from validated settings. ``budget`` is the default send
+    budget (a preset from ``bridge_core.provider``); a profile may override it in config.
+    """
+
+    name: str
+    capabilities: Capabilities
+    budget: SendBudget
+    settings_model: type[BaseModel]
+    factory: Callable[[Any, ProviderContext], ChatProvider]
+    description: str = ""
+    distribution: str | None = None  # filled in by the loader from the entry point
+
+
+@hookspec
+def register_providers(register: Callable[[ProviderType], None]) -> None:
+    """Register provider types by calling ``register(ProviderType(...))`` once for each.
+
+    :param register: call it with each ``ProviderType`` this plugin offers.
+    """
