@@ -1,0 +1,81 @@
+"""The agent a channel's turns are handed to, named in config as ``module:function``.
+
+An agent is an async callable ``agent(turn, history) -> str``: it receives the ``Turn`` this
+gateway owns and the conversation's recent log records (oldest first, the turn itself last) and
+returns the reply text. When it is at capacity it raises ``AgentBusy``; the end user then gets a
+short busy notice instead of silence.
+
+Exception hierarchy::
+
+    AgentBusy         the agent is at capacity (its message, if any, is shown to the user)
+    AgentLoadError    the ``module:function`` reference cannot be used
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+
+from bridge_core.conversation import LogRecord, Turn
+
+__all__ = [
+    "BUSY_NOTICE",
+    "Agent",
+    "AgentBusy",
+    "AgentLoadError",
+    "busy_notice",
+    "echo_agent",
+    "load_agent",
+]
+
+Agent = Callable[[Turn, Sequence[LogRecord]], Awaitable[str]]
+
+BUSY_NOTICE = "⏳ The agent is busy right now; please try again in a moment."
+
+
+class AgentBusy(Exception):
+    """Raised by an agent at capacity; ``str(exc)``, when given, replaces the default notice."""
+
+
+class AgentLoadError(Exception):
+    """An agent reference in config that cannot be imported or is not an async callable."""
+
+
+def busy_notice(exc: AgentBusy) -> str:
+    return str(exc).strip() or BUSY_NOTICE
+
+
+async def echo_agent(turn: Turn, history: Sequence[LogRecord]) -> str:
+    """Answers with what the user said and how many turns the conversation has had."""
+    turns = sum(1 for record in history if isinstance(record, Turn))
+    return f"echo: {turn.text} (turn {max(turns, 1)} of this conversation)"
+
+
+def load_agent(reference: str) -> Agent:
+    """Import ``module:function`` (``module:object.attribute`` works too)."""
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AgentLoadError(
+            f"agent {reference!r} must be 'module:function', "
+            "e.g. 'bridge_core.runtime.agents:echo_agent'"
+        )
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentLoadError(f"agent {reference!r}: cannot import {module_name!r}: {exc}") from exc
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise AgentLoadError(
+                f"agent {reference!r}: {module_name!r} has no {attribute!r}"
+            ) from None
+    if not callable(target):
+        raise AgentLoadError(f"agent {reference!r} is not callable")
+    call = getattr(target, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    if not (inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(call)):
+        raise AgentLoadError(
+            f"agent {reference!r} must be an async function: async def f(turn, history) -> str"
+        )
+    return target

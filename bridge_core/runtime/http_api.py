@@ -1,0 +1,328 @@
+"""The gateway's HTTP API on aiohttp.web.
+
+Routes::
+
+    POST /v1/events     one fleet event or an array of them -> 202 {"accepted", "ignored"}
+    POST /v1/messages   {"channel", "text", "thread"?, "idempotency_key"?} -> 202 once the reply
+                        is durably recorded in the ledger {"obligation", "duplicate"}
+    GET  /healthz       per channel and provider; 503 naming the unhealthy ones
+    GET  /metrics       Prometheus text
+    <provider routes>   each provider's ``http_routes(sink)`` (Slack Events, Teams), unauthenticated
+                        here because the platforms sign their own requests
+
+Every client error is a 4xx with a JSON body ``{"error": ..., "field"?: ..., "index"?: ...}``
+naming what was wrong; a batch is validated whole before any of it is accepted, so a 4xx means
+nothing was accepted. With a bearer token configured, ``/v1/*`` and ``/metrics`` require
+``Authorization: Bearer <token>`` (401 when missing, 403 when wrong); ``/healthz`` stays open for
+load balancers.
+
+Exception hierarchy::
+
+    ApiError               a request the backend refuses, rendered as its status and message
+    └── ShuttingDown       the gateway stopped taking new work (503)
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from bridge_core.events import EventError, FleetEvent, UnknownEvent, parse_event
+from bridge_core.provider import HttpRequest, HttpRoute
+
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "ApiBackend",
+    "ApiError",
+    "Health",
+    "MessageReceipt",
+    "MessageRequest",
+    "ShuttingDown",
+    "build_app",
+    "parse_message_request",
+]
+
+log = logging.getLogger("bridge_core.runtime.http")
+
+DEFAULT_MAX_BODY = 1024 * 1024
+MAX_IDEMPOTENCY_KEY = 200
+
+
+class ApiError(Exception):
+    """A request the gateway refuses; ``status`` is the HTTP status to answer with."""
+
+    def __init__(
+        self, status: int, message: str, *, field: str | None = None, index: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.index = index
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.message}
+        if self.field is not None:
+            out["field"] = self.field
+        if self.index is not None:
+            out["index"] = self.index
+        return out
+
+
+class ShuttingDown(ApiError):
+    def __init__(self) -> None:
+        super().__init__(503, "the gateway is shutting down and takes no new work; retry elsewhere")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRequest:
+    channel: str
+    text: str
+    thread: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceipt:
+    obligation: str
+    duplicate: bool  # the idempotency key was recorded before: nothing new was recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """``channels`` and ``providers`` map names to ``{"healthy": bool, ...details}``."""
+
+    channels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    providers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def unhealthy(self) -> list[str]:
+        bad = [f"channel {n}" for n, d in self.channels.items() if not d.get("healthy", False)]
+        bad += [f"provider {n}" for n, d in self.providers.items() if not d.get("healthy", False)]
+        return bad
+
+
+class ApiBackend(Protocol):
+    """What the HTTP API needs from the gateway."""
+
+    def channel_names(self) -> Sequence[str]: ...
+
+    async def accept_events(self, events: Sequence[FleetEvent]) -> None:
+        """Accept every event or none (raise ``ApiError``)."""
+
+    async def accept_message(self, request: MessageRequest) -> MessageReceipt: ...
+
+    async def health(self) -> Health: ...
+
+    async def metrics_text(self) -> bytes: ...
+
+
+def _error(exc: ApiError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status)
+
+
+async def _read_json(request: web.Request, max_body: int) -> Any:
+    too_large = ApiError(413, f"request body is larger than the limit of {max_body} bytes")
+    if request.content_length is not None and request.content_length > max_body:
+        raise too_large
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+    if len(raw) > max_body:
+        raise too_large
+    if not raw.strip():
+        raise ApiError(400, "request body is empty; send JSON", field="body")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "request body is not UTF-8", field="body") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApiError(
+            400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", field="body"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 10,000 deep
+        raise ApiError(400, f"JSON the gateway will not read: {exc}", field="body") from None
+
+
+def parse_events_body(data: Any) -> list[FleetEvent]:
+    """Every event of a body (one object or an array), or ``ApiError`` naming the first bad one."""
+    if isinstance(data, dict):
+        items: list[Any] = [data]
+        single = True
+    elif isinstance(data, list):
+        items = data
+        single = False
+    else:
+        raise ApiError(
+            400, f"body must be an event object or an array of them, got {type(data).__name__}"
+        )
+    events: list[FleetEvent] = []
+    for index, item in enumerate(items):
+        try:
+            events.append(parse_event(item))
+        except EventError as exc:
+            where = "" if single else f"event {index}: "
+            raise ApiError(
+                400, f"{where}{exc}", field=exc.field, index=None if single else index
+            ) from None
+    return events
+
+
+_MESSAGE_FIELDS = ("channel", "text", "thread", "idempotency_key")
+
+
+def parse_message_request(
+    data: Any, *, channels: Sequence[str], header_key: str | None
+) -> MessageRequest:
+    if not isinstance(data, dict):
+        raise ApiError(400, f"body must be a JSON object, got {type(data).__name__}")
+    for key in data:
+        if key not in _MESSAGE_FIELDS:
+            raise ApiError(
+                400, f"unknown field {key!r}; expected {', '.join(_MESSAGE_FIELDS)}", field=key
+            )
+
+    def text_field(name: str, *, required: bool) -> str | None:
+        value = data.get(name)
+        if value is None:
+            if required:
+                raise ApiError(400, f"{name}: is required (a non-empty string)", field=name)
+            return None
+        if not isinstance(value, str):
+            raise ApiError(400, f"{name}: must be a string, got {type(value).__name__}", field=name)
+        if not value.strip():
+            raise ApiError(400, f"{name}: must not be empty", field=name)
+        return value
+
+    channel = text_field("channel", required=True)
+    assert channel is not None
+    if channel not in channels:
+        known = ", ".join(sorted(channels)) or "none"
+        raise ApiError(
+            404, f"channel: {channel!r} is not configured (configured: {known})", field="channel"
+        )
+    text = text_field("text", required=True)
+    assert text is not None
+    key = text_field("idempotency_key", required=False)
+    if header_key is not None:
+        if not header_key.strip():
+            raise ApiError(400, "Idempotency-Key header must not be empty", field="idempotency_key")
+        if key is not None and key != header_key:
+            raise ApiError(
+                400,
+                "idempotency_key in the body differs from the Idempotency-Key header",
+                field="idempotency_key",
+            )
+        key = header_key
+    if key is not None and len(key) > MAX_IDEMPOTENCY_KEY:
+        raise ApiError(
+            400,
+            f"idempotency_key: longer than {MAX_IDEMPOTENCY_KEY} characters",
+            field="idempotency_key",
+        )
+    return MessageRequest(
+        channel=channel, text=text, thread=text_field("thread", required=False), idempotency_key=key
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(
+    backend: ApiBackend,
+    *,
+    token: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    provider_routes: Sequence[HttpRoute] = (),
+) -> web.Application:
+    """The aiohttp application serving ``backend``."""
+    expected = f"Bearer {token}".encode() if token else None
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        protected = request.path.startswith("/v1/") or request.path == "/metrics"
+        if expected is not None and protected:
+            given = request.headers.get("Authorization")
+            if given is None:
+                return _error(ApiError(401, "missing Authorization: Bearer <token> header"))
+            if not hmac.compare_digest(given.encode(), expected):
+                return _error(ApiError(403, "wrong bearer token"))
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _error(exc)
+        except web.HTTPException:
+            raise
+        except Exception:
+            log.exception("unexpected error answering %s %s", request.method, request.path)
+            return web.json_response({"error": "internal error; see the gateway log"}, status=500)
+
+    async def post_events(request: web.Request) -> web.Response:
+        events = parse_events_body(await _read_json(request, max_body))
+        await backend.accept_events(events)
+        ignored = sum(1 for e in events if isinstance(e, UnknownEvent))
+        return web.json_response({"accepted": len(events), "ignored": ignored}, status=202)
+
+    async def post_messages(request: web.Request) -> web.Response:
+        data = await _read_json(request, max_body)
+        message = parse_message_request(
+            data,
+            channels=backend.channel_names(),
+            header_key=request.headers.get("Idempotency-Key"),
+        )
+        receipt = await backend.accept_message(message)
+        return web.json_response(
+            {"obligation": receipt.obligation, "duplicate": receipt.duplicate}, status=202
+        )
+
+    async def get_health(request: web.Request) -> web.Response:
+        health = await backend.health()
+        unhealthy = health.unhealthy
+        body = {
+            "status": "unhealthy" if unhealthy else "ok",
+            "unhealthy": unhealthy,
+            "channels": health.channels,
+            "providers": health.providers,
+        }
+        return web.json_response(body, status=503 if unhealthy else 200)
+
+    async def get_metrics(request: web.Request) -> web.Response:
+        body = await backend.metrics_text()
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    app = web.Application(middlewares=[guard], client_max_size=max_body)
+    app.router.add_post("/v1/events", post_events)
+    app.router.add_post("/v1/messages", post_messages)
+    app.router.add_get("/healthz", get_health)
+    app.router.add_get("/metrics", get_metrics)
+    for route in provider_routes:
+        app.router.add_route(route.method, route.path, _adapt(route))
+    return app
+
+
+def _adapt(route: HttpRoute) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        neutral = HttpRequest(
+            method=request.method,
+            path=request.path,
+            headers=dict(request.headers),
+            body=await request.read(),
+            query=dict(request.query),
+        )
+        response = await route.handler(neutral)
+        return web.Response(
+            status=response.status,
+            body=response.body,
+            headers={**response.headers, "Content-Type": response.content_type},
+        )
+
+    return handle

@@ -1,0 +1,257 @@
+"""The HTTP API's contract against a recording backend: bad inputs are 4xx naming the problem,
+never 500, and nothing of a rejected request is accepted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from bridge_core.events import AgentSpawned, FleetEvent, UnknownEvent
+from bridge_core.provider import HttpRequest, HttpResponse, HttpRoute
+from bridge_core.runtime.http_api import (
+    ApiError,
+    Health,
+    MessageReceipt,
+    MessageRequest,
+    build_app,
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class RecordingBackend:
+    def __init__(self) -> None:
+        self.events: list[FleetEvent] = []
+        self.messages: list[MessageRequest] = []
+        self.keys: set[str] = set()
+        self.healthy = True
+        self.closed = False
+
+    def channel_names(self) -> Sequence[str]:
+        return ["ops", "alerts"]
+
+    async def accept_events(self, events: Sequence[FleetEvent]) -> None:
+        if self.closed:
+            raise ApiError(503, "shutting down")
+        self.events.extend(events)
+
+    async def accept_message(self, request: MessageRequest) -> MessageReceipt:
+        key = request.idempotency_key
+        duplicate = key is not None and key in self.keys
+        if key is not None:
+            self.keys.add(key)
+        if not duplicate:
+            self.messages.append(request)
+        return MessageReceipt(obligation=f"ob-{key or len(self.messages)}", duplicate=duplicate)
+
+    async def health(self) -> Health:
+        return Health(
+            channels={"ops": {"healthy": self.healthy}, "alerts": {"healthy": True}},
+            providers={"console": {"healthy": True}},
+        )
+
+    async def metrics_text(self) -> bytes:
+        return b"chatbridge_up 1\n"
+
+
+async def echo_route(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(status=200, body=request.body[::-1], content_type="text/plain")
+
+
+@pytest.fixture
+async def backend() -> RecordingBackend:
+    return RecordingBackend()
+
+
+@pytest.fixture
+async def client(backend: RecordingBackend) -> AsyncIterator[TestClient[Any, Any]]:
+    app = build_app(
+        backend, max_body=4096, provider_routes=[HttpRoute("POST", "/slack/events", echo_route)]
+    )
+    async with TestClient(TestServer(app)) as c:
+        yield c
+
+
+@pytest.fixture
+async def token_client(backend: RecordingBackend) -> AsyncIterator[TestClient[Any, Any]]:
+    async with TestClient(TestServer(build_app(backend, token="s3cret-token"))) as c:
+        yield c
+
+
+EVENT = {"kind": "AgentSpawned", "agent": "a1", "workspace": "w1"}
+
+
+@pytest.mark.anyio
+async def test_one_event_and_a_batch_are_accepted(
+    client: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    response = await client.post("/v1/events", json=EVENT)
+    assert response.status == 202
+    assert await response.json() == {"accepted": 1, "ignored": 0}
+    batch = [EVENT, {"kind": "SomethingNew", "agent": "a2", "extra": 1}]
+    response = await client.post("/v1/events", json=batch)
+    assert response.status == 202
+    assert await response.json() == {"accepted": 2, "ignored": 1}
+    assert backend.events[0] == AgentSpawned("a1", "w1")
+    assert isinstance(backend.events[2], UnknownEvent)
+    assert backend.events[2].unknown_kind == "SomethingNew"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("body", "status", "field", "index", "words"),
+    [
+        (b"{not json", 400, "body", None, "malformed JSON"),
+        (b"", 400, "body", None, "empty"),
+        (b"\xff\xfe", 400, "body", None, "UTF-8"),
+        (b"42", 400, None, None, "array"),
+        (b"[" * 5000 + b"]" * 5000, 400, "body", None, "will not read"),
+        (
+            json.dumps([EVENT, {"kind": "StatusChanged", "agent": "a1"}]).encode(),
+            400,
+            "status",
+            1,
+            "event 1",
+        ),
+        (
+            json.dumps([EVENT, {"kind": "AgentSpawned", "agent": 7}]).encode(),
+            400,
+            "agent",
+            1,
+            "string",
+        ),
+        (json.dumps([EVENT, "nope"]).encode(), 400, "event", 1, "object"),
+        (json.dumps({"agent": "a"}).encode(), 400, "kind", None, "required"),
+        (
+            json.dumps({"kind": "AgentFinished", "agent": "a", "outcome": "exploded"}).encode(),
+            400,
+            "outcome",
+            None,
+            "done|failed",
+        ),
+        (
+            b"[" + b",".join([json.dumps(EVENT).encode()] * 200) + b"]",
+            413,
+            None,
+            None,
+            "4096 bytes",
+        ),
+    ],
+)
+async def test_bad_event_bodies_are_refused_whole(
+    client: TestClient[Any, Any],
+    backend: RecordingBackend,
+    body: bytes,
+    status: int,
+    field: str | None,
+    index: int | None,
+    words: str,
+) -> None:
+    response = await client.post(
+        "/v1/events", data=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status == status
+    payload = await response.json()
+    assert words in payload["error"]
+    assert payload.get("field") == field
+    assert payload.get("index") == index
+    assert backend.events == []
+
+
+@pytest.mark.anyio
+async def test_refused_while_shutting_down(
+    client: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    backend.closed = True
+    response = await client.post("/v1/events", json=EVENT)
+    assert response.status == 503
+    assert "shutting down" in (await response.json())["error"]
+
+
+@pytest.mark.anyio
+async def test_messages_validate_fields_and_keys(
+    client: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    ok = await client.post(
+        "/v1/messages", json={"channel": "ops", "text": "hi", "idempotency_key": "k1"}
+    )
+    assert ok.status == 202
+    assert await ok.json() == {"obligation": "ob-k1", "duplicate": False}
+    again = await client.post(
+        "/v1/messages", json={"channel": "ops", "text": "hi"}, headers={"Idempotency-Key": "k1"}
+    )
+    assert again.status == 202
+    assert (await again.json())["duplicate"] is True
+    assert len(backend.messages) == 1
+
+    cases: list[tuple[Any, dict[str, str], int, str]] = [
+        ({"text": "x"}, {}, 400, "channel"),
+        ({"channel": "nope", "text": "x"}, {}, 404, "channel"),
+        ({"channel": "ops", "text": 5}, {}, 400, "text"),
+        ({"channel": "ops", "text": "  "}, {}, 400, "text"),
+        ({"channel": "ops", "text": "x", "thread": []}, {}, 400, "thread"),
+        ({"channel": "ops", "text": "x", "thred": "t"}, {}, 400, "thred"),
+        (
+            {"channel": "ops", "text": "x", "idempotency_key": "a"},
+            {"Idempotency-Key": "b"},
+            400,
+            "idempotency_key",
+        ),
+        ({"channel": "ops", "text": "x", "idempotency_key": "k" * 201}, {}, 400, "idempotency_key"),
+        (["ops"], {}, 400, ""),
+    ]
+    for body, headers, status, field in cases:
+        response = await client.post("/v1/messages", json=body, headers=headers)
+        assert response.status == status, body
+        payload = await response.json()
+        assert payload.get("field", "") == field, body
+        assert payload["error"]
+    assert len(backend.messages) == 1
+
+
+@pytest.mark.anyio
+async def test_health_names_the_unhealthy(
+    client: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    response = await client.get("/healthz")
+    assert response.status == 200
+    assert (await response.json())["status"] == "ok"
+    backend.healthy = False
+    response = await client.get("/healthz")
+    assert response.status == 503
+    assert (await response.json())["unhealthy"] == ["channel ops"]
+
+
+@pytest.mark.anyio
+async def test_provider_routes_are_mounted(client: TestClient[Any, Any]) -> None:
+    response = await client.post("/slack/events", data=b"abc")
+    assert response.status == 200
+    assert await response.read() == b"cba"
+
+
+@pytest.mark.anyio
+async def test_bearer_token(token_client: TestClient[Any, Any], backend: RecordingBackend) -> None:
+    missing = await token_client.post("/v1/events", json=EVENT)
+    assert missing.status == 401
+    assert "missing" in (await missing.json())["error"]
+    wrong = await token_client.post(
+        "/v1/events", json=EVENT, headers={"Authorization": "Bearer nope"}
+    )
+    assert wrong.status == 403
+    metrics = await token_client.get("/metrics")
+    assert metrics.status == 401
+    assert backend.events == []
+    good = await token_client.post(
+        "/v1/events", json=EVENT, headers={"Authorization": "Bearer s3cret-token"}
+    )
+    assert good.status == 202
+    assert (await token_client.get("/healthz")).status == 200
+    scrape = await token_client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+    assert await scrape.read() == b"chatbridge_up 1\n"
