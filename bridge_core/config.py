@@ -1,0 +1,610 @@
+"""The gateway's configuration: one TOML file validated by pydantic models.
+
+The file (``bridge.toml``, or ``-c PATH``, or ``$CHATBRIDGE_CONFIG``) has bot **profiles** (a
+provider, its settings table validated by that provider's ``settings_model``, an optional budget
+override), **channels** (a profile, the platform's channel id, event filters, an optional agent
+handler and notification timing), the **stores**, the HTTP **api** and the **notify** defaults::
+
+    [profiles.ops-slack]
+    provider = "slack"
+    settings = { token = { env = "SLACK_BOT_TOKEN" } }
+    budget = "slack"                  # a preset, or { burst = 3, per_hour = 3600 }
+
+    [channels.ops]
+    profile = "ops-slack"
+    channel_id = "C0123456"
+    kinds = ["AgentFinished", "AgentGone"]
+    notify = { hold = 1.0 }
+
+    [stores]
+    ledger = "bridge.sqlite3"         # or "postgresql://host/db"
+    membership = "embedded"           # or "redis://host:6379/0"
+
+A table of the exact form ``{ env = "NAME" }`` anywhere in the file is a secret read from that
+environment variable at load time; it becomes a ``Secret``, whose ``str`` and ``repr`` never show
+the value (``get_secret_value()`` does).
+
+Exception hierarchy::
+
+    ConfigError         the file is missing, not TOML, or does not validate; ``problems`` lists
+                        each wrong key path (``channels.ops.profile``) and what was expected
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.hookspecs import ProviderType
+from bridge_core.provider import BUDGET_PRESETS, SendBudget, Window
+
+if typing.TYPE_CHECKING:
+    from bridge_core.plugins import ProviderRegistry
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "DEFAULT_CONFIG_FILE",
+    "ApiConfig",
+    "BridgeConfig",
+    "BudgetNumbers",
+    "BudgetSpec",
+    "ChannelConfig",
+    "ConfigError",
+    "ConfigProblem",
+    "NotifySettings",
+    "ProfileConfig",
+    "Secret",
+    "StoresConfig",
+    "WindowSpec",
+    "config_path",
+    "known_event_kinds",
+    "load_config",
+    "masked",
+    "parse_config",
+    "resolve_budget",
+]
+
+CONFIG_ENV_VAR = "CHATBRIDGE_CONFIG"
+DEFAULT_CONFIG_FILE = "bridge.toml"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    key: str  # a dotted key path such as "channels.ops.profile"; "" for the whole file
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.message}" if self.key else self.message
+
+
+class ConfigError(Exception):
+    """The config file cannot be used; each problem names a key path and what was expected."""
+
+    def __init__(self, path: Path | str | None, problems: Sequence[ConfigProblem]) -> None:
+        self.path = Path(path) if path is not None else None
+        self.problems = tuple(problems)
+        where = str(self.path) if self.path is not None else "<config>"
+        lines = [f"{where}: {problem}" for problem in self.problems]
+        super().__init__("\n".join(lines))
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+class Secret(SecretStr):
+    """A secret value; ``str``/``repr`` show only where it came from, never the value."""
+
+    def __init__(self, secret_value: str, *, source: str | None = None) -> None:
+        super().__init__(secret_value)
+        self.source = source
+
+    def __repr__(self) -> str:
+        if self.source is not None:
+            return f"Secret(env={self.source!r})"
+        return "Secret('**********')"
+
+    def describe(self) -> str:
+        return f"<secret from ${self.source}>" if self.source else "<secret>"
+
+
+def _resolve_env_refs(
+    data: Any, environ: Mapping[str, str], key: str, problems: list[ConfigProblem]
+) -> Any:
+    """Replace every ``{ env = "NAME" }`` table with a ``Secret`` read from the environment."""
+    if isinstance(data, dict):
+        if set(data) == {"env"} and isinstance(data["env"], str):
+            name = data["env"]
+            value = environ.get(name)
+            if value is None:
+                problems.append(
+                    ConfigProblem(key, f"environment variable {name} is not set (export it)")
+                )
+                return Secret("", source=name)
+            return Secret(value, source=name)
+        return {
+            k: _resolve_env_refs(v, environ, f"{key}.{k}" if key else str(k), problems)
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [
+            _resolve_env_refs(item, environ, f"{key}.{i}", problems) for i, item in enumerate(data)
+        ]
+    return data
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+class WindowSpec(_Strict):
+    limit: int = Field(ge=1)
+    seconds: float = Field(gt=0)
+
+
+class BudgetNumbers(_Strict):
+    """A budget written out: a ``preset`` to start from and/or the numbers that replace its own.
+
+    Without a preset, ``burst`` and one of ``per_second``/``per_hour`` are required; ``per_hour``
+    alone also caps any 3,600 s window at that many sends.
+    """
+
+    preset: str | None = None
+    burst: int | None = Field(default=None, ge=1)
+    per_second: float | None = Field(default=None, gt=0)
+    per_hour: int | None = Field(default=None, ge=1)
+    windows: list[WindowSpec] | None = None
+    edit_spacing: float | None = Field(default=None, ge=0)
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in BUDGET_PRESETS:
+            raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> BudgetNumbers:
+        if self.per_second is not None and self.per_hour is not None:
+            raise ValueError("give per_second or per_hour, not both")
+        if self.preset is None and (
+            self.burst is None or (self.per_second is None and self.per_hour is None)
+        ):
+            raise ValueError("a budget without a preset needs burst and per_second or per_hour")
+        return self
+
+    def resolve(self) -> SendBudget:
+        base = BUDGET_PRESETS[self.preset] if self.preset is not None else None
+        burst = self.burst if self.burst is not None else base.burst if base else 1
+        spacing = (
+            self.edit_spacing
+            if self.edit_spacing is not None
+            else (base.edit_spacing if base else 2.0)
+        )
+        windows = (
+            tuple(Window(w.limit, w.seconds) for w in self.windows)
+            if self.windows is not None
+            else None
+        )
+        if self.per_hour is not None:
+            return SendBudget.hourly(
+                burst=burst, per_hour=self.per_hour, edit_spacing=spacing, extra=windows or ()
+            )
+        per_second = self.per_second if self.per_second is not None else base.per_second  # type: ignore[union-attr]
+        if windows is None:
+            windows = base.windows if base else ()
+        return SendBudget(burst=burst, per_second=per_second, windows=windows, edit_spacing=spacing)
+
+
+def _presets() -> str:
+    return ", ".join(sorted(BUDGET_PRESETS))
+
+
+def _check_preset_name(value: Any) -> Any:
+    if isinstance(value, str) and value not in BUDGET_PRESETS:
+        raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
+    return value
+
+
+BudgetSpec = Annotated[
+    Union[str, BudgetNumbers],  # noqa: UP007 - Annotated needs a runtime union here
+    Field(union_mode="left_to_right"),
+]
+"""A preset name (``"slack"``) or a ``BudgetNumbers`` table."""
+
+
+def resolve_budget(spec: str | BudgetNumbers | None, default: SendBudget) -> SendBudget:
+    """The ``SendBudget`` a spec stands for, or ``default`` when there is none."""
+    if spec is None:
+        return default
+    if isinstance(spec, str):
+        _check_preset_name(spec)
+        return BUDGET_PRESETS[spec]
+    return spec.resolve()
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def known_event_kinds() -> frozenset[str]:
+    """The fleet event kinds a channel's ``kinds`` filter may name."""
+    return frozenset(cls.kind for cls in FleetEvent.__subclasses__() if cls is not UnknownEvent)
+
+
+class NotifySettings(_Strict):
+    """Notification timing (seed ADR 0007): hold new messages, collapse bursts into summaries."""
+
+    hold: float = Field(default=2.0, ge=0)
+    threshold: int = Field(default=5, ge=1)
+    window: float = Field(default=10.0, gt=0)
+
+
+class ProfileConfig(_Strict):
+    """A bot: a provider with its settings. After loading, ``settings`` holds the validated
+    settings model, and ``provider_type`` and ``send_budget`` are filled in."""
+
+    provider: str = Field(min_length=1)
+    settings: Any = Field(default_factory=dict)
+    budget: BudgetSpec | None = None
+    provider_type: ProviderType | None = Field(default=None, exclude=True)
+    send_budget: SendBudget | None = Field(default=None, exclude=True)
+
+    @field_validator("budget")
+    @classmethod
+    def _preset(cls, value: Any) -> Any:
+        return _check_preset_name(value)
+
+
+_AGENT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+class ChannelConfig(_Strict):
+    """A chat channel the bridge writes to (and reads from)."""
+
+    profile: str = Field(min_length=1)
+    channel_id: str = Field(min_length=1)
+    thread: str | None = None
+    kinds: list[str] | None = None
+    workspaces: list[str] | None = None
+    agent: str | None = None
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            known = known_event_kinds()
+            unknown = [kind for kind in value if kind not in known]
+            if unknown:
+                raise ValueError(
+                    f"unknown event kind(s) {', '.join(map(repr, unknown))}; expected some of "
+                    + ", ".join(sorted(known))
+                )
+        return value
+
+    @field_validator("agent")
+    @classmethod
+    def _agent_ref(cls, value: str | None) -> str | None:
+        if value is not None and not _AGENT_REF.match(value):
+            raise ValueError(f"expected 'package.module:function', got {value!r}")
+        return value
+
+
+_LEDGER_SCHEMES = ("postgresql://", "postgres://")
+_MEMBERSHIP_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class StoresConfig(_Strict):
+    """Where state lives. Relative paths are relative to the config file's folder."""
+
+    ledger: str = "bridge.sqlite3"
+    membership: str = "embedded"
+    delivery_ledger: bool = True
+
+    @field_validator("ledger")
+    @classmethod
+    def _ledger(cls, value: str) -> str:
+        if "://" in value and not value.startswith(_LEDGER_SCHEMES):
+            raise ValueError(f"expected a file path or a postgresql:// URL, got {value!r}")
+        if not value:
+            raise ValueError("expected a file path or a postgresql:// URL, got an empty string")
+        return value
+
+    @field_validator("membership")
+    @classmethod
+    def _membership(cls, value: str) -> str:
+        if value != "embedded" and not value.startswith(_MEMBERSHIP_SCHEMES):
+            raise ValueError(f'expected "embedded" or a redis:// URL, got {value!r}')
+        return value
+
+    @property
+    def ledger_url(self) -> str | None:
+        """The PostgreSQL URL, or None when the ledger is a SQLite file."""
+        return self.ledger if self.ledger.startswith(_LEDGER_SCHEMES) else None
+
+    @property
+    def ledger_path(self) -> Path | None:
+        """The SQLite file, or None when the ledger is in PostgreSQL."""
+        return None if self.ledger_url is not None else Path(self.ledger)
+
+    @property
+    def membership_url(self) -> str | None:
+        return None if self.membership == "embedded" else self.membership
+
+
+class ApiConfig(_Strict):
+    """The gateway's HTTP API (events in, health, metrics, provider routes)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    token: Secret | None = None
+    max_body_bytes: int = Field(default=1_048_576, ge=1)
+
+
+class BridgeConfig(_Strict):
+    """The whole file. ``path`` is where it was read from (None when built in code)."""
+
+    path: Path | None = Field(default=None, exclude=True)
+    profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+    stores: StoresConfig = Field(default_factory=StoresConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+
+    def profile_of(self, channel: str) -> ProfileConfig:
+        """The profile a channel posts through."""
+        return self.profiles[self.channels[channel].profile]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The config file to read: ``explicit``, else ``$CHATBRIDGE_CONFIG``, else ``bridge.toml``."""
+    if explicit is not None:
+        return Path(explicit)
+    return Path(os.environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_FILE)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    providers: ProviderRegistry | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BridgeConfig:
+    """Read, resolve and validate a config file; raises ``ConfigError`` naming every problem.
+
+    ``providers`` validates each profile's provider and settings; by default the installed plugins
+    are loaded to build it.
+    """
+    file = config_path(path)
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            file,
+            [
+                ConfigProblem(
+                    "",
+                    f"no such file; create it, pass -c PATH or set {CONFIG_ENV_VAR} "
+                    "(see README.md for an example)",
+                )
+            ],
+        ) from None
+    except OSError as exc:
+        raise ConfigError(file, [ConfigProblem("", f"cannot be read: {exc}")]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(file, [ConfigProblem("", f"is not valid TOML: {exc}")]) from None
+    return parse_config(data, path=file, providers=providers, environ=environ)
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    path: Path | None = None,
+    providers: ProviderRegistry | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> BridgeConfig:
+    """Validate already-parsed TOML data (what ``load_config`` does after reading the file)."""
+    problems: list[ConfigProblem] = []
+    resolved = _resolve_env_refs(
+        dict(data), os.environ if environ is None else environ, "", problems
+    )
+    resolved = _apply_notify_defaults(resolved)
+    try:
+        config = BridgeConfig.model_validate(resolved)
+    except ValidationError as exc:
+        problems.extend(_problems_from(exc, prefix="", model=BridgeConfig))
+        raise ConfigError(path, problems) from None
+    if problems:
+        raise ConfigError(path, problems)
+    config = config.model_copy(update={"path": path})
+    if path is not None:
+        ledger = config.stores.ledger_path
+        if ledger is not None and not ledger.is_absolute():
+            stores = config.stores.model_copy(update={"ledger": str(path.parent / ledger)})
+            config = config.model_copy(update={"stores": stores})
+    if providers is None:
+        from bridge_core.plugins import create_plugin_manager
+
+        providers = create_plugin_manager().providers
+    _resolve_profiles(config, providers, problems)
+    for name, channel in config.channels.items():
+        if channel.profile not in config.profiles:
+            known = ", ".join(sorted(config.profiles)) or "none defined"
+            problems.append(
+                ConfigProblem(
+                    f"channels.{name}.profile",
+                    f"no profile named {channel.profile!r} (profiles: {known})",
+                )
+            )
+    if problems:
+        raise ConfigError(path, problems)
+    return config
+
+
+def _apply_notify_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A channel's ``notify`` table overrides the top-level ``[notify]`` key by key."""
+    defaults = data.get("notify")
+    channels = data.get("channels")
+    if not isinstance(defaults, dict) or not isinstance(channels, dict):
+        return data
+    merged = {}
+    for name, channel in channels.items():
+        if isinstance(channel, dict):
+            own = channel.get("notify", {})
+            if isinstance(own, dict):
+                channel = {**channel, "notify": {**defaults, **own}}
+        merged[name] = channel
+    return {**data, "channels": merged}
+
+
+def _resolve_profiles(
+    config: BridgeConfig, providers: ProviderRegistry, problems: list[ConfigProblem]
+) -> None:
+    for name, profile in list(config.profiles.items()):
+        if profile.provider not in providers:
+            problems.append(
+                ConfigProblem(
+                    f"profiles.{name}.provider", providers.missing_message(profile.provider)
+                )
+            )
+            continue
+        provider_type = providers.get(profile.provider)
+        try:
+            settings = provider_type.settings_model.model_validate(profile.settings)
+        except ValidationError as exc:
+            problems.extend(
+                _problems_from(
+                    exc, prefix=f"profiles.{name}.settings", model=provider_type.settings_model
+                )
+            )
+            continue
+        own_budget = getattr(settings, "budget", None)
+        default = provider_type.budget
+        if isinstance(own_budget, (str, BudgetNumbers)):
+            default = resolve_budget(own_budget, default)
+        config.profiles[name] = profile.model_copy(
+            update={
+                "settings": settings,
+                "provider_type": provider_type,
+                "send_budget": resolve_budget(profile.budget, default),
+            }
+        )
+
+
+def _problems_from(
+    exc: ValidationError, *, prefix: str, model: type[BaseModel]
+) -> list[ConfigProblem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"] if not _is_union_branch(part)]
+        key = ".".join([prefix, *loc] if prefix else loc)
+        kind = error["type"]
+        if kind == "missing":
+            message = "is required"
+        elif kind == "extra_forbidden":
+            allowed = _allowed_keys(model, loc[:-1])
+            message = "unknown key" + (
+                f"; expected one of: {', '.join(allowed)}" if allowed else ""
+            )
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            value = error.get("input")
+            if not isinstance(value, (dict, list, SecretStr)) and value is not None:
+                message += f" (got {value!r})"
+        problems.append(ConfigProblem(key, message))
+    return problems
+
+
+_UNION_BRANCHES = frozenset({"str", "int", "float", "bool", "BudgetNumbers", "Secret"})
+
+
+def _is_union_branch(part: Any) -> bool:
+    # pydantic puts the union member it tried into a location ("str", "BudgetNumbers").
+    return isinstance(part, str) and (
+        part in _UNION_BRANCHES or part.startswith(("function-", "constrained-"))
+    )
+
+
+def _allowed_keys(model: type[BaseModel], loc: Sequence[str]) -> list[str]:
+    """The keys the table at ``loc`` accepts, found by walking the model's annotations."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            if field is None:
+                return []
+            current = field.annotation
+        elif typing.get_origin(current) is dict:
+            current = typing.get_args(current)[1]
+        else:
+            return []
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [name for name, f in current.model_fields.items() if not f.exclude]
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X | None`` → ``X``; anything else unchanged."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        if len(models) == 1:
+            return models[0]
+        if len(members) == 1:
+            return members[0]
+    return annotation
+
+
+def masked(value: Any) -> Any:
+    """A JSON-ready copy of a config value with every secret replaced by where it comes from."""
+    if isinstance(value, Secret):
+        return value.describe()
+    if isinstance(value, SecretStr):
+        return "<secret>"
+    if isinstance(value, BaseModel):
+        return {
+            name: masked(getattr(value, name))
+            for name, field in type(value).model_fields.items()
+            if not field.exclude
+        }
+    if isinstance(value, SendBudget):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {str(k): masked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [masked(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
+        return value.value  # enums
+    return value

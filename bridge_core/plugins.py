@@ -1,0 +1,490 @@
+"""Finding and loading plugins, and the registry of the provider types they offer.
+
+``create_plugin_manager()`` builds a pluggy manager with the built-in plugins (the console
+provider) registered through the same hooks as any other, then loads each entry point of the group
+``bridge_core`` on its own: a broken plugin is logged once with its distribution, version, entry
+point and error, kept in ``PluginManager.broken`` (``chatbridge providers`` shows it), and the rest
+still load; ``strict=True`` re-raises instead. ``CHATBRIDGE_LOAD_PLUGINS`` (a comma list of
+distribution names; an empty value loads only the built-ins) restricts which external plugins load,
+and ``CHATBRIDGE_TRACE_HOOKS=1`` logs every hook call to standard error.
+
+Nothing happens at import: every manager is built by the factory, so tests and embedders get a
+fresh one each time.
+
+Exception hierarchy::
+
+    PluginError                 a problem with the installed plugins
+    ├── PluginLoadError         a plugin failed to load or register (raised in strict mode)
+    ├── ProviderNameClash       two plugins registered one provider name
+    └── UnknownProvider         no installed plugin offers the requested provider (a LookupError)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from bridge_core import hookspecs
+from bridge_core.hookspecs import PROJECT_NAME, ProviderType
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "CORE_DISTRIBUTION",
+    "ENTRY_POINT_GROUP",
+    "LOAD_PLUGINS_VAR",
+    "TRACE_HOOKS_VAR",
+    "BrokenPlugin",
+    "LoadedPlugin",
+    "PluginError",
+    "PluginLoadError",
+    "PluginManager",
+    "ProviderNameClash",
+    "ProviderRegistry",
+    "RegisteredProvider",
+    "UnknownProvider",
+    "create_plugin_manager",
+    "normalize_distribution_name",
+]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = PROJECT_NAME
+LOAD_PLUGINS_VAR = "CHATBRIDGE_LOAD_PLUGINS"
+TRACE_HOOKS_VAR = "CHATBRIDGE_TRACE_HOOKS"
+CORE_DISTRIBUTION = "bridge-core"
+BUILTIN_PLUGINS: tuple[str, ...] = ("bridge_core.providers.console",)
+
+_PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+class PluginError(Exception):
+    """A problem with the installed plugins."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin failed to import, register or validate (raised only in strict mode)."""
+
+    def __init__(self, broken: BrokenPlugin) -> None:
+        super().__init__(broken.describe())
+        self.broken = broken
+
+
+class ProviderNameClash(PluginError):
+    """Two plugins registered a provider under one name; the message names both distributions."""
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        super().__init__(
+            f"provider {name!r} is registered by two plugins: {first} and {second}; uninstall one "
+            f"of them, or choose which plugins load with {LOAD_PLUGINS_VAR}=<distribution,...>"
+        )
+        self.name = name
+        self.distributions = (first, second)
+
+
+class UnknownProvider(PluginError, LookupError):
+    """No installed plugin offers the requested provider; the message lists the installed ones."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+def normalize_distribution_name(name: str) -> str:
+    """PEP 503 normalisation: ``Bridge_Slack`` and ``bridge.slack`` both mean ``bridge-slack``."""
+    return re.sub(r"[-_.]+", "-", name).lower().strip()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenPlugin:
+    """A plugin that failed to load; reported once and kept for ``chatbridge providers``."""
+
+    distribution: str
+    version: str
+    entry_point: str  # "name = module:attr", or the built-in module's name
+    error_type: str
+    error: str
+
+    def describe(self) -> str:
+        return (
+            f"plugin {self.distribution} {self.version} (entry point {self.entry_point!r}) "
+            f"failed to load: {self.error_type}: {self.error}"
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPlugin:
+    """A registered plugin, for ``chatbridge plugins``."""
+
+    name: str  # the name it is registered under in pluggy
+    distribution: str
+    version: str
+    builtin: bool
+    hooks: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "builtin": self.builtin,
+            "hooks": list(self.hooks),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredProvider:
+    """A provider type with the distribution that offered it."""
+
+    type: ProviderType
+    distribution: str
+    version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.type.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "description": self.type.description,
+            "capabilities": self.type.capabilities.to_json(),
+            "budget": self.type.budget.to_json(),
+        }
+
+
+class ProviderRegistry(Mapping[str, ProviderType]):
+    """The provider types the loaded plugins registered, by name."""
+
+    def __init__(
+        self,
+        entries: Iterable[RegisteredProvider] = (),
+        *,
+        broken: Sequence[BrokenPlugin] = (),
+        not_loaded: Sequence[str] = (),
+    ) -> None:
+        self._entries: dict[str, RegisteredProvider] = {}
+        for entry in entries:
+            self._add(entry)
+        self._broken = tuple(broken)
+        self._not_loaded = tuple(not_loaded)
+
+    def _add(self, entry: RegisteredProvider) -> None:
+        previous = self._entries.get(entry.type.name)
+        if previous is not None:
+            raise ProviderNameClash(
+                entry.type.name,
+                f"{previous.distribution} {previous.version}",
+                f"{entry.distribution} {entry.version}",
+            )
+        self._entries[entry.type.name] = entry
+
+    def __getitem__(self, name: str) -> ProviderType:
+        return self.get_entry(name).type
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def get(self, name: str) -> ProviderType:  # type: ignore[override]
+        """The provider type called ``name``; raises ``UnknownProvider`` saying how to get it."""
+        return self.get_entry(name).type
+
+    def get_entry(self, name: str) -> RegisteredProvider:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownProvider(name, self.missing_message(name)) from None
+
+    def entries(self) -> list[RegisteredProvider]:
+        return [self._entries[name] for name in self]
+
+    def missing_message(self, name: str) -> str:
+        """Why ``name`` is not available and what to do about it."""
+        installed = ", ".join(self) or "none"
+        dist = f"bridge-{name}"
+        lines = [f"no provider named {name!r} is installed (installed providers: {installed})."]
+        for broken in self._broken:
+            if normalize_distribution_name(broken.distribution) == dist:
+                lines.append(f"{dist} is installed but broken: {broken.describe()}")
+                break
+        else:
+            if dist in self._not_loaded:
+                lines.append(
+                    f"{dist} is installed but {LOAD_PLUGINS_VAR} leaves it out;"
+                    " add it to that comma-separated list."
+                )
+            else:
+                lines.append(f"Install it with: pip install {dist}")
+        return " ".join(lines)
+
+
+def _distribution_of(ep: EntryPoint) -> tuple[str, str]:
+    dist = ep.dist
+    if dist is None:
+        return ("unknown-distribution", "unknown")
+    name = dist.metadata["Name"] or dist.name
+    return (normalize_distribution_name(name), dist.version or "unknown")
+
+
+def _core_version() -> str:
+    from bridge_core import __version__
+
+    return __version__
+
+
+class PluginManager:
+    """The pluggy manager plus what loading learned: plugins, broken plugins, their providers.
+
+    Build one with ``create_plugin_manager()``.
+    """
+
+    def __init__(self, *, strict: bool = False, trace: bool = False) -> None:
+        self.pm = pluggy.PluginManager(PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.strict = strict
+        self.broken: list[BrokenPlugin] = []
+        self.not_loaded: list[str] = []  # distributions left out by CHATBRIDGE_LOAD_PLUGINS
+        self._origin: dict[str, tuple[str, str, bool]] = {}  # plugin name -> (dist, ver, builtin)
+        self._providers: ProviderRegistry | None = None
+        if trace:
+            self.pm.add_hookcall_monitoring(_trace_before, _trace_after)
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    # ------------------------------------------------------------------ registration
+
+    def register(
+        self,
+        plugin: object,
+        *,
+        name: str | None = None,
+        distribution: str = CORE_DISTRIBUTION,
+        version: str | None = None,
+        builtin: bool = True,
+        entry_point: str | None = None,
+    ) -> bool:
+        """Register one plugin; on failure unregister it, report it and return False (or raise
+        ``PluginLoadError`` in strict mode)."""
+        plugin_name = name or getattr(plugin, "__name__", None) or repr(plugin)
+        version = version if version is not None else _core_version()
+        try:
+            if self.pm.has_plugin(plugin_name) or self.pm.is_registered(plugin):
+                raise PluginError(f"a plugin named {plugin_name!r} is already registered")
+            self.pm.register(plugin, name=plugin_name)
+            # A misspelled hook name only shows here; checked per plugin so the blame is exact.
+            self.pm.check_pending()
+        except Exception as exc:
+            self._unregister_quietly(plugin, plugin_name)
+            self._report(
+                BrokenPlugin(
+                    distribution, version, entry_point or plugin_name, _type(exc), str(exc)
+                ),
+                exc,
+            )
+            return False
+        self._origin[plugin_name] = (distribution, version, builtin)
+        self._providers = None
+        return True
+
+    def unregister(self, name: str) -> None:
+        plugin = self.pm.get_plugin(name)
+        if plugin is not None:
+            self.pm.unregister(plugin, name=name)
+        self._origin.pop(name, None)
+        self._providers = None
+
+    def _unregister_quietly(self, plugin: object, name: str) -> None:
+        # pluggy leaves a plugin half-registered after a failed register().
+        try:
+            if self.pm.is_registered(plugin) or self.pm.has_plugin(name):
+                self.pm.unregister(
+                    plugin=plugin if self.pm.is_registered(plugin) else None, name=name
+                )
+        except Exception:  # pragma: no cover - unregistering a half-registered plugin
+            logger.debug("could not unregister %s", name, exc_info=True)
+
+    def _report(self, broken: BrokenPlugin, exc: BaseException) -> None:
+        if self.strict:
+            raise PluginLoadError(broken) from exc
+        self.broken.append(broken)
+        logger.error("%s", broken.describe())
+
+    def load_builtins(self, modules: Sequence[str] = BUILTIN_PLUGINS) -> None:
+        """Register the built-in plugins; a broken built-in is a bug in the core and raises."""
+        for module_name in modules:
+            module = importlib.import_module(module_name)
+            if not self.register(module, name=module_name, builtin=True):
+                raise PluginLoadError(self.broken[-1])
+
+    def load_entry_points(self, *, allowed: frozenset[str] | None) -> None:
+        """Load each entry point of the ``bridge_core`` group on its own.
+
+        ``allowed`` is a set of normalised distribution names, or None to load every one.
+        """
+        seen: set[tuple[str, str]] = set()
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            distribution, version = _distribution_of(ep)
+            key = (distribution, ep.name)
+            if key in seen:  # one distribution visible twice on sys.path
+                continue
+            seen.add(key)
+            if allowed is not None and distribution not in allowed:
+                if distribution not in self.not_loaded:
+                    self.not_loaded.append(distribution)
+                continue
+            label = f"{ep.name} = {ep.value}"
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                self._report(BrokenPlugin(distribution, version, label, _type(exc), str(exc)), exc)
+                continue
+            self.register(
+                plugin,
+                name=f"{distribution}:{ep.name}",
+                distribution=distribution,
+                version=version,
+                builtin=False,
+                entry_point=label,
+            )
+
+    # ------------------------------------------------------------------ what is loaded
+
+    def plugins(self) -> list[LoadedPlugin]:
+        """Every registered plugin with its distribution and the hooks it implements."""
+        out: list[LoadedPlugin] = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                continue
+            distribution, version, builtin = self._origin.get(name, ("unknown", "unknown", False))
+            callers = self.pm.get_hookcallers(plugin) or []
+            out.append(
+                LoadedPlugin(
+                    name=name,
+                    distribution=distribution,
+                    version=version,
+                    builtin=builtin,
+                    hooks=tuple(sorted(caller.name for caller in callers)),
+                )
+            )
+        return sorted(out, key=lambda p: (not p.builtin, p.distribution, p.name))
+
+    @property
+    def providers(self) -> ProviderRegistry:
+        """The provider registry, built on first use by calling ``register_providers`` once per
+        plugin (so each provider is attributed to its distribution)."""
+        if self._providers is None:
+            self._providers = self._collect_providers()
+        return self._providers
+
+    def _collect_providers(self) -> ProviderRegistry:
+        registry = ProviderRegistry(broken=self.broken, not_loaded=self.not_loaded)
+        for name, plugin in list(self.pm.list_name_plugin()):
+            if plugin is None:
+                continue
+            impls = self.pm.hook.register_providers.get_hookimpls()
+            if not any(impl.plugin is plugin for impl in impls):
+                continue
+            distribution, version, _ = self._origin.get(name, ("unknown", "unknown", False))
+            collected: list[ProviderType] = []
+
+            def register(
+                provider_type: ProviderType, _into: list[ProviderType] = collected
+            ) -> None:
+                if not isinstance(provider_type, ProviderType):
+                    raise TypeError(
+                        f"register() takes a ProviderType, got {type(provider_type).__name__}"
+                    )
+                if not _PROVIDER_NAME.match(provider_type.name):
+                    raise ValueError(
+                        f"provider name {provider_type.name!r} must be lowercase letters, digits,"
+                        " '-' or '_', starting with a letter"
+                    )
+                _into.append(provider_type)
+
+            others = [p for _, p in self.pm.list_name_plugin() if p is not plugin and p is not None]
+            caller = self.pm.subset_hook_caller("register_providers", remove_plugins=others)
+            try:
+                caller(register=register)
+            except Exception as exc:
+                self._report(BrokenPlugin(distribution, version, name, _type(exc), str(exc)), exc)
+                continue
+            for provider_type in collected:
+                typed = dataclasses.replace(provider_type, distribution=distribution)
+                registry._add(RegisteredProvider(typed, distribution, version))
+        return registry
+
+
+def _type(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def _trace_before(
+    hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]
+) -> None:
+    plugins = ", ".join(impl.plugin_name for impl in hook_impls)
+    args = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+    print(f"[hook] {hook_name}({args}) -> [{plugins}]", file=sys.stderr)
+
+
+def _trace_after(
+    outcome: pluggy.Result[Any],
+    hook_name: str,
+    hook_impls: Sequence[pluggy.HookImpl],
+    kwargs: Mapping[str, Any],
+) -> None:
+    failed = outcome.exception
+    status = f"raised {type(failed).__name__}: {failed}" if failed is not None else "ok"
+    print(f"[hook] {hook_name} {status} at {time.monotonic():.6f}", file=sys.stderr)
+
+
+def _allowed_from(environ: Mapping[str, str]) -> frozenset[str] | None:
+    raw = environ.get(LOAD_PLUGINS_VAR)
+    if raw is None:
+        return None
+    return frozenset(normalize_distribution_name(part) for part in raw.split(",") if part.strip())
+
+
+def create_plugin_manager(
+    *,
+    strict: bool = False,
+    builtins: Sequence[str] = BUILTIN_PLUGINS,
+    extra_plugins: Iterable[ModuleType | object] = (),
+    load_entry_points: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> PluginManager:
+    """Build a plugin manager: built-ins, then ``extra_plugins`` (tests, embedders), then every
+    allowed entry point, then ``check_pending()``.
+
+    ``environ`` defaults to ``os.environ`` and is read for ``CHATBRIDGE_LOAD_PLUGINS`` and
+    ``CHATBRIDGE_TRACE_HOOKS``.
+    """
+    env = os.environ if environ is None else environ
+    trace = env.get(TRACE_HOOKS_VAR, "") not in ("", "0")
+    manager = PluginManager(strict=strict, trace=trace)
+    manager.load_builtins(builtins)
+    for plugin in extra_plugins:
+        manager.register(plugin, builtin=False)
+    if load_entry_points:
+        manager.load_entry_points(allowed=_allowed_from(env))
+    manager.pm.check_pending()
+    return manager

@@ -1,0 +1,376 @@
+"""The built-in console provider: a real provider that writes to the terminal and a transcript.
+
+It is registered through ``register_providers`` like any plugin. Each post or edit is drawn with
+rich (an edit reprints the message under its id) and appended to a JSON Lines transcript, one
+object per line, flushed per line::
+
+    {"t": 1.5, "at": 1767225600.1, "op": "post", "channel": "ops", "thread": null,
+     "message_id": "5f3a9c1e-3", "text": "...", "error": null, "retry_after": null}
+
+``t`` is seconds since the provider started on anyio's clock (virtual under ``simulate``), ``at``
+epoch seconds; ``op`` is ``post``, ``edit`` or ``error`` (``error`` holds the error's class name).
+Message ids are a random run prefix plus a counter, so they stay unique across restarts.
+
+Faults are scripted with ``script_fault(channel, error)`` (the next send to that channel raises
+it) or listed in the settings; ``block(channel)`` makes posts raise ``Forbidden`` and ``probe``
+answer False until ``unblock``. Inbound, lines typed on standard input (or read from a file) become
+``InboundMessage``\\ s; a line ``#other text`` goes to channel ``other``.
+
+The transcript is written synchronously: a flushed line to a local file takes microseconds, and
+handing it to a worker thread would let trio's autojump clock move virtual time under ``simulate``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any, Literal, TextIO
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge_core.config import BudgetSpec, resolve_budget
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core.provider import (
+    UNLIMITED_BUDGET,
+    Capabilities,
+    ChatProvider,
+    Forbidden,
+    InboundMessage,
+    InboundSink,
+    LengthUnit,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    SendBudget,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.providers.console_render import ConsoleRenderer
+from bridge_core.text import neutralise_mass_mentions
+
+__all__ = [
+    "CONSOLE_CAPABILITIES",
+    "FAULT_CLASSES",
+    "ConsoleProvider",
+    "ConsoleSettings",
+    "FaultSpec",
+    "register_providers",
+]
+
+CONSOLE_CAPABILITIES = Capabilities(
+    edit=True,
+    max_length=4000,
+    length_unit=LengthUnit.CHARACTERS,
+    threads=True,
+    inbound=True,
+    probe=True,
+)
+
+FAULT_CLASSES: dict[str, type[ProviderError]] = {
+    cls.__name__: cls
+    for cls in (RateLimited, NotFound, Forbidden, Unreachable, TransportError, ProviderError)
+}
+
+
+class FaultSpec(BaseModel):
+    """A fault scripted in the settings: the next ``count`` sends to ``channel`` fail."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: str
+    error: Literal["RateLimited", "NotFound", "Forbidden", "Unreachable", "TransportError"]
+    retry_after: float | None = Field(default=None, ge=0)
+    message: str = "scripted fault"
+    count: int = Field(default=1, ge=1)
+
+    def build(self) -> ProviderError:
+        if self.error == "RateLimited":
+            return RateLimited(self.message, retry_after=self.retry_after)
+        return FAULT_CLASSES[self.error](self.message)
+
+
+class ConsoleSettings(BaseModel):
+    """A console profile's ``settings`` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    transcript: Path | None = None
+    output: Literal["stdout", "stderr", "none"] = "stdout"
+    width: int | None = Field(default=None, ge=20)
+    color: bool | None = None
+    budget: BudgetSpec | None = None
+    faults: list[FaultSpec] = Field(default_factory=list)
+    blocked: list[str] = Field(default_factory=list)
+    inbound: str | None = None  # "-" or "stdin" for standard input, else a file path
+    inbound_channel: str = "console"
+    inbound_author: str = "you"
+
+
+class ConsoleProvider(ChatProvider):
+    """Posts to the terminal; see the module docstring for the transcript and faults."""
+
+    name = "console"
+    capabilities = CONSOLE_CAPABILITIES
+
+    def __init__(
+        self,
+        settings: ConsoleSettings | None = None,
+        *,
+        profile: str = "console",
+        output: TextIO | None = None,
+        stdin: TextIO | None = None,
+        run_prefix: str | None = None,
+    ) -> None:
+        self.settings = settings or ConsoleSettings()
+        self.profile = profile
+        self.budget: SendBudget = resolve_budget(self.settings.budget, UNLIMITED_BUDGET)
+        self.run_prefix = run_prefix or secrets.token_hex(4)
+        self._counter = 0
+        self._inbound_counter = 0
+        if output is None and self.settings.output != "none":
+            output = sys.stdout if self.settings.output == "stdout" else sys.stderr
+        self._renderer = ConsoleRenderer(
+            output, width=self.settings.width, color=self.settings.color
+        )
+        self._stdin = stdin
+        self._faults: dict[str, deque[ProviderError]] = {}
+        for spec in self.settings.faults:
+            for _ in range(spec.count):
+                self.script_fault(spec.channel, spec.build())
+        self._blocked: set[str] = set(self.settings.blocked)
+        self._messages: dict[str, tuple[MessageRef, str, int]] = {}  # id -> (ref, text, edits)
+        self._transcript: IO[str] | None = None
+        if self.settings.transcript is not None:
+            self.settings.transcript.parent.mkdir(parents=True, exist_ok=True)
+            self._transcript = self.settings.transcript.open("a", encoding="utf-8")
+        self._start: float | None = None
+        self._closed = False
+        try:
+            self._start = anyio.current_time()
+        except RuntimeError:  # sniffio.AsyncLibraryNotFoundError
+            pass  # built outside an event loop: the clock starts at the first call
+
+    # ------------------------------------------------------------------ scripting
+
+    def script_fault(self, channel: str, error: ProviderError) -> None:
+        """Make the next send (post or edit) to ``channel`` raise ``error``; faults queue up."""
+        if not isinstance(error, ProviderError):
+            raise TypeError(f"script_fault takes a ProviderError, got {type(error).__name__}")
+        self._faults.setdefault(channel, deque()).append(error)
+
+    def pending_faults(self, channel: str) -> int:
+        return len(self._faults.get(channel, ()))
+
+    def block(self, channel: str) -> None:
+        """The bot loses access: posts and edits raise ``Forbidden``, ``probe`` says False."""
+        self._blocked.add(channel)
+
+    def unblock(self, channel: str) -> None:
+        self._blocked.discard(channel)
+
+    def text_of(self, message_id: str) -> str:
+        """The current text of a message this provider posted (for tests and the demo)."""
+        try:
+            return self._messages[message_id][1]
+        except KeyError:
+            raise NotFound(f"no console message {message_id!r}") from None
+
+    @property
+    def message_count(self) -> int:
+        return len(self._messages)
+
+    # ------------------------------------------------------------------ the contract
+
+    def escape(self, text: str) -> str:
+        return neutralise_mass_mentions(text)
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        t = self._elapsed()
+        self._check_usable()
+        try:
+            self._raise_scripted(channel)
+            if channel in self._blocked:
+                raise Forbidden(f"the console bot has no access to #{channel}")
+            self._check_length(text)
+        except ProviderError as exc:
+            self._fail("post", channel, thread, None, text, exc, t)
+            raise
+        self._counter += 1
+        ref = MessageRef(
+            channel=channel, message_id=f"{self.run_prefix}-{self._counter}", thread=thread
+        )
+        self._messages[ref.message_id] = (ref, text, 0)
+        self._record(t, "post", channel, thread, ref.message_id, text)
+        self._renderer.post(ref, text, t=t)
+        return ref
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        t = self._elapsed()
+        self._check_usable()
+        try:
+            self._raise_scripted(ref.channel)
+            if ref.channel in self._blocked:
+                raise Forbidden(f"the console bot has no access to #{ref.channel}")
+            known = self._messages.get(ref.message_id)
+            if known is None or known[0].channel != ref.channel:
+                raise NotFound(f"no console message {ref.message_id!r} in #{ref.channel}")
+            self._check_length(text)
+        except ProviderError as exc:
+            self._fail("edit", ref.channel, ref.thread, ref.message_id, text, exc, t)
+            raise
+        stored_ref, _, edits = known
+        self._messages[ref.message_id] = (stored_ref, text, edits + 1)
+        self._record(t, "edit", ref.channel, stored_ref.thread, ref.message_id, text)
+        self._renderer.edit(stored_ref, text, t=t, edits=edits + 1)
+        return stored_ref
+
+    async def probe(self, channel: str) -> bool | None:
+        self._elapsed()
+        return channel not in self._blocked
+
+    async def receive(self, sink: InboundSink) -> None:
+        """Hand each line of the inbound source to ``sink``; return at its end."""
+        source = self.settings.inbound
+        if source is None:
+            return
+        self._elapsed()
+        if source in ("-", "stdin"):
+            stream = anyio.wrap_file(self._stdin or sys.stdin)
+            async for line in stream:
+                await self._inbound_line(line, sink)
+            return
+        async with await anyio.open_file(source, encoding="utf-8") as file:
+            async for line in file:
+                await self._inbound_line(line, sink)
+
+    async def aclose(self) -> None:
+        if self._transcript is not None and not self._closed:
+            self._transcript.close()
+        self._closed = True
+
+    # ------------------------------------------------------------------ helpers
+
+    def _elapsed(self) -> float:
+        now = anyio.current_time()
+        if self._start is None:
+            self._start = now
+        return round(now - self._start, 6)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise Unreachable("the console provider is closed")
+
+    def _check_length(self, text: str) -> None:
+        if len(text) > self.capabilities.max_length:
+            raise ProviderError(
+                f"message of {len(text)} characters exceeds the console's max_length "
+                f"{self.capabilities.max_length}; chunk it with bridge_core.text.prepare first"
+            )
+
+    def _raise_scripted(self, channel: str) -> None:
+        queue = self._faults.get(channel)
+        if queue:
+            raise queue.popleft()
+
+    async def _inbound_line(self, line: str, sink: InboundSink) -> None:
+        text = line.rstrip("\r\n")
+        if not text.strip():
+            return
+        channel = self.settings.inbound_channel
+        if text.startswith("#") and " " in text:
+            target, rest = text[1:].split(" ", 1)
+            if target:
+                channel, text = target, rest
+        self._inbound_counter += 1
+        message = InboundMessage(
+            message_id=f"{self.run_prefix}-in{self._inbound_counter}",
+            channel=channel,
+            author=self.settings.inbound_author,
+            text=text,
+            at=time.time(),
+            platform="console",
+            profile=self.profile,
+        )
+        self._renderer.inbound(message, t=self._elapsed())
+        await sink(message)
+
+    def _fail(
+        self,
+        op: str,
+        channel: str,
+        thread: str | None,
+        message_id: str | None,
+        text: str,
+        error: ProviderError,
+        t: float,
+    ) -> None:
+        retry_after = error.retry_after if isinstance(error, RateLimited) else None
+        self._record(
+            t,
+            "error",
+            channel,
+            thread,
+            message_id,
+            text,
+            error=type(error).__name__,
+            retry_after=retry_after,
+            failed_op=op,
+        )
+        self._renderer.error(
+            op=op, channel=channel, thread=thread, message_id=message_id, error=error, t=t
+        )
+
+    def _record(
+        self,
+        t: float,
+        op: str,
+        channel: str,
+        thread: str | None,
+        message_id: str | None,
+        text: str,
+        *,
+        error: str | None = None,
+        retry_after: float | None = None,
+        failed_op: str | None = None,
+    ) -> None:
+        if self._transcript is None:
+            return
+        line: dict[str, Any] = {
+            "t": t,
+            "at": time.time(),
+            "op": op,
+            "channel": channel,
+            "thread": thread,
+            "message_id": message_id,
+            "text": text,
+            "error": error,
+            "retry_after": retry_after,
+        }
+        if failed_op is not None:
+            line["failed_op"] = failed_op
+        self._transcript.write(json.dumps(line, ensure_ascii=False) + "\n")
+        self._transcript.flush()
+
+
+def _build(settings: ConsoleSettings, context: ProviderContext) -> ConsoleProvider:
+    return ConsoleProvider(settings, profile=context.profile)
+
+
+@hookimpl
+def register_providers(register: Any) -> None:
+    register(
+        ProviderType(
+            name="console",
+            capabilities=CONSOLE_CAPABILITIES,
+            budget=UNLIMITED_BUDGET,
+            settings_model=ConsoleSettings,
+            factory=_build,
+            description="prints messages in the terminal and writes a JSON Lines transcript",
+        )
+    )
