@@ -1,0 +1,82 @@
+"""``chatbridge check``: validate the config and print what it resolves to, secrets masked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bridge_core.commands import config_option, load_cli_config
+from bridge_core.commands.providers import describe_budget
+from bridge_core.config import BridgeConfig, masked
+
+__all__ = ["command", "resolved_view"]
+
+
+def resolved_view(config: BridgeConfig) -> dict[str, Any]:
+    """The resolved config as JSON-ready data, with every secret replaced by its source."""
+    profiles = {}
+    for name, profile in config.profiles.items():
+        budget = profile.send_budget
+        profiles[name] = {
+            "provider": profile.provider,
+            "distribution": profile.provider_type.distribution if profile.provider_type else None,
+            "settings": masked(profile.settings),
+            "budget": budget.to_json() if budget is not None else None,
+        }
+    return {
+        "file": str(config.path) if config.path else None,
+        "profiles": profiles,
+        "channels": {name: masked(channel) for name, channel in config.channels.items()},
+        "stores": masked(config.stores),
+        "api": masked(config.api),
+        "notify": masked(config.notify),
+    }
+
+
+@click.command("check")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved config as JSON.")
+def command(config_path: Path | None, as_json: bool) -> None:
+    """Validate the config file and print the resolved profiles and channels."""
+    config = load_cli_config(config_path)
+    view = resolved_view(config)
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    console = Console(highlight=False)
+    console.print(f"[green]✓[/] {view['file']} is valid", markup=True)
+    profiles = Table(title="profiles")
+    for column in ("profile", "provider", "budget", "settings"):
+        profiles.add_column(column)
+    for name, profile in config.profiles.items():
+        budget = describe_budget(profile.send_budget) if profile.send_budget else "-"
+        settings = json.dumps(view["profiles"][name]["settings"], ensure_ascii=False)
+        profiles.add_row(name, profile.provider, budget, settings)
+    console.print(profiles)
+    channels = Table(title="channels")
+    for column in ("channel", "profile", "channel id", "thread", "kinds", "workspaces", "notify"):
+        channels.add_column(column)
+    for name, channel in config.channels.items():
+        notify = channel.notify
+        channels.add_row(
+            name,
+            channel.profile,
+            channel.channel_id,
+            channel.thread or "-",
+            ", ".join(channel.kinds) if channel.kinds is not None else "default",
+            ", ".join(channel.workspaces) if channel.workspaces is not None else "all",
+            f"hold {notify.hold:g}s, threshold {notify.threshold}, window {notify.window:g}s",
+        )
+    console.print(channels)
+    stores = config.stores
+    console.print(
+        f"stores: ledger {stores.ledger}, membership {stores.membership}, "
+        f"delivery ledger {'on' if stores.delivery_ledger else 'off'}"
+    )
+    token = "token set" if config.api.token is not None else "no token"
+    console.print(f"api: http://{config.api.host}:{config.api.port} ({token})")
