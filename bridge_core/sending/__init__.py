@@ -1,1 +1,34 @@
-"""bridge_core.sending"""
+"""The per-channel sender: priority classes, the budget gate, edit spacing, pauses, re-checks.
+
+Imports only the vocabulary. See ``bridge_core.sending.sender`` for the behaviour, and
+``docs/adr/0010-*``..``0013-*`` for why it is built this way.
+"""
+
+from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
+from bridge_core.sending.pacing import BudgetGate
+from bridge_core.sending.sender import (
+    BACKOFF_MAX,
+    BACKOFF_MIN,
+    ChannelSender,
+    Outcome,
+    OutcomeCallback,
+    SenderClosed,
+    SenderStats,
+)
+
+__all__ = [
+    "BACKOFF_MAX",
+    "BACKOFF_MIN",
+    "BudgetGate",
+    "ChannelSender",
+    "Edit",
+    "Outcome",
+    "OutcomeCallback",
+    "Post",
+    "Priority",
+    "SendOp",
+    "SenderClosed",
+    "SenderStats",
+    "TextSource",
+    "render_text",
+]

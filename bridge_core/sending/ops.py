@@ -1,0 +1,48 @@
+"""What a sender sends: a post or an edit, with text that may be rendered at send time.
+
+``text`` is a string or a callable returning one (or ``None`` for "nothing to send any more").
+A callable is called only when the operation leaves the queue, so work that waited through a
+pause or a busy budget goes out with the state of that moment, never a stale one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bridge_core.provider import MessageRef
+
+__all__ = ["Edit", "Post", "Priority", "SendOp", "TextSource", "render_text"]
+
+TextSource = str | Callable[[], str | None]
+
+
+class Priority(enum.IntEnum):
+    """Priority classes, highest first (lower value goes first)."""
+
+    TERMINAL = 0
+    """Terminal updates (final edits, failure posts) and replies to people."""
+    NEW = 1
+    """New live messages and summaries."""
+    UPDATE = 2
+    """Intermediate edits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    text: TextSource
+    thread: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    ref: MessageRef
+    text: TextSource
+
+
+SendOp = Post | Edit
+
+
+def render_text(text: TextSource) -> str | None:
+    return text() if callable(text) else text

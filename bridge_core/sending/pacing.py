@@ -1,0 +1,67 @@
+"""Pacing a channel ahead of the platform: a token bucket bounded by sliding windows.
+
+A token bucket alone admits ``burst + per_second * W`` sends in any ``W``-second span, which
+breaks an hourly cap (1,807 an hour on Teams' 7 + 0.5/s). ``BudgetGate`` therefore keeps the
+times of recent sends and also refuses a send that would put more than ``limit`` sends in any
+``seconds``-long window. It holds no clock: callers pass ``now`` (the sender passes
+``anyio.current_time()``), so it is exact on a virtual clock.
+
+The recorded times are bounded by the largest window limit, never by traffic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from bridge_core.provider import SendBudget
+
+__all__ = ["BudgetGate"]
+
+
+class BudgetGate:
+    """When the next send may go, given a ``SendBudget`` and the sends recorded so far."""
+
+    __slots__ = ("_budget", "_history", "_keep", "_tokens", "_updated")
+
+    def __init__(self, budget: SendBudget) -> None:
+        self._budget = budget
+        self._tokens = float(budget.burst)
+        self._updated: float | None = None
+        self._keep = max((w.limit for w in budget.windows), default=0)
+        self._history: deque[float] = deque(maxlen=self._keep or 1)
+
+    @property
+    def budget(self) -> SendBudget:
+        return self._budget
+
+    def _refill(self, now: float) -> None:
+        if self._updated is None:
+            self._updated = now
+            return
+        elapsed = now - self._updated
+        if elapsed > 0:
+            self._tokens = min(
+                float(self._budget.burst), self._tokens + elapsed * self._budget.per_second
+            )
+            self._updated = now
+
+    def delay(self, now: float) -> float:
+        """Seconds from ``now`` until one more send fits the bucket and every window (0 = now)."""
+        self._refill(now)
+        wait = 0.0
+        if self._tokens < 1.0:
+            wait = (1.0 - self._tokens) / self._budget.per_second
+        history = self._history
+        count = len(history)
+        for window in self._budget.windows:
+            if count >= window.limit:
+                # The send ``limit`` places back must have left the window before another goes.
+                wait = max(wait, history[count - window.limit] + window.seconds - now)
+        return wait if wait > 1e-9 else 0.0
+
+    def record(self, now: float) -> None:
+        """Spend one send at ``now`` (call it for every attempt the platform sees)."""
+        self._refill(now)
+        self._tokens -= 1.0
+        if self._keep:
+            self._history.append(now)

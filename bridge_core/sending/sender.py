@@ -1,0 +1,504 @@
+"""The per-channel sender: every write to one channel goes through one ``ChannelSender``.
+
+Notifications and replies meet here, so together they never exceed the channel's budget. The
+sender sends one operation at a time, highest priority class first (``Priority``), pacing ahead
+of the platform with a ``BudgetGate`` (token bucket plus sliding windows) and keeping writes to
+one message at least ``budget.edit_spacing`` apart.
+
+Two ways in:
+
+- ``await sender.send(op, priority=...)`` waits for the outcome and returns the ``MessageRef`` or
+  raises the ``ProviderError`` (the delivery ledger's way; ``RateLimited`` is waited out and
+  retried here, every other error is the caller's to read).
+- ``sender.submit(key, text=..., edit=ref, priority=..., on_outcome=...)`` never blocks: work with
+  the same ``key`` still queued is replaced in place, never queued behind itself, and the text is
+  rendered when it leaves the queue (the notifier's way). Keyed work is retried here after
+  ``RateLimited``, transport errors and ``Forbidden``; ``on_outcome`` receives the ``MessageRef``,
+  the ``NotFound`` / ``Unreachable`` error, or ``None`` (nothing was sent: the text rendered
+  ``None``, or a newer submission with the key took its place while it was in flight).
+
+Failures (seed ADR 0007 and ``ERROR_TABLE``): ``RateLimited(retry_after)`` pauses the channel for
+``retry_after`` or, without one, backs off exponentially from 1 s to 60 s with jitter drawn from
+the injectable ``random``; transport errors back off the same way. ``Forbidden`` marks the
+channel unhealthy, logs once, fails ``send`` calls at once and holds keyed work until a re-check
+every ``recheck_interval`` seconds (``provider.probe`` when ``capabilities.probe``, else the next
+real send). ``Unreachable`` stops the channel for good.
+
+Exception hierarchy::
+
+    ProviderError            (bridge_core.provider)
+    └── TransportError
+        └── SenderClosed     the sender stopped before the work was sent
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import random as random_module
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup
+
+from bridge_core.provider import (
+    ChatProvider,
+    Forbidden,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    SendBudget,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
+from bridge_core.sending.pacing import BudgetGate
+
+__all__ = [
+    "BACKOFF_MAX",
+    "BACKOFF_MIN",
+    "ChannelSender",
+    "Outcome",
+    "OutcomeCallback",
+    "SenderClosed",
+    "SenderStats",
+]
+
+logger = logging.getLogger("bridge_core.sending")
+
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 60.0
+
+Outcome = MessageRef | ProviderError | None
+OutcomeCallback = Callable[[Outcome], None]
+
+
+class SenderClosed(TransportError):
+    """The sender stopped (its ``run`` was cancelled) before this work was sent."""
+
+
+@dataclass(slots=True)
+class SenderStats:
+    """Counters for ``/metrics``: attempts by kind and what the platform answered."""
+
+    sends: int = 0
+    posts: int = 0
+    edits: int = 0
+    delivered: int = 0
+    rate_limit_pauses: int = 0
+    backoffs: int = 0
+    not_found: int = 0
+    forbidden: int = 0
+    unreachable: int = 0
+    transport_errors: int = 0
+    superseded: int = 0
+    skipped: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class _Work:
+    key: Hashable
+    op: SendOp
+    priority: int
+    on_outcome: OutcomeCallback | None = None
+    keyed: bool = True
+    waiter: anyio.Event | None = None
+    result: Outcome = None
+    done: bool = False
+    target: str | None = field(default=None)
+
+
+class ChannelSender:
+    """Sends to one channel of one provider, in priority order, within the channel's budget."""
+
+    def __init__(
+        self,
+        provider: ChatProvider,
+        *,
+        channel: str,
+        budget: SendBudget,
+        random: random_module.Random | None = None,
+        recheck_interval: float = 300.0,
+        thread: str | None = None,
+    ) -> None:
+        if recheck_interval <= 0:
+            raise ValueError(f"recheck_interval must be positive, got {recheck_interval}")
+        self.provider = provider
+        self.channel = channel
+        self.thread = thread
+        self.budget = budget
+        self.recheck_interval = recheck_interval
+        self.stats = SenderStats()
+        self._random = random if random is not None else random_module.Random()
+        self._gate = BudgetGate(budget)
+        self._queues: list[dict[Hashable, _Work]] = [{} for _ in Priority]
+        self._last_write: dict[str, float] = {}
+        self._inflight: _Work | None = None
+        self._wake: anyio.Event | None = None
+        self._waiting = False
+        self._failures = 0
+        self._paused_until = -math.inf
+        self._healthy = True
+        self._health_reason: str | None = None
+        self._recheck_at = -math.inf
+        self._gave_up: Unreachable | None = None
+        self._running = False
+        self._seq = itertools.count()
+        self._task_group: TaskGroup | None = None
+
+    # ------------------------------------------------------------------ state for health/metrics
+
+    @property
+    def healthy(self) -> bool:
+        """False after ``Forbidden`` (until a re-check succeeds) or ``Unreachable`` (for good)."""
+        return self._healthy and self._gave_up is None
+
+    @property
+    def health_reason(self) -> str | None:
+        """Why the channel is unhealthy, or ``None`` when it is healthy."""
+        return None if self.healthy else self._health_reason
+
+    @property
+    def paused_until(self) -> float | None:
+        """The anyio time a rate-limit pause or back-off ends, if one is running."""
+        return self._paused_until if self._paused_until > anyio.current_time() else None
+
+    @property
+    def queued(self) -> int:
+        """Operations waiting to be sent (bounded by keys, not by submissions)."""
+        return sum(len(q) for q in self._queues)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing in flight."""
+        return self._inflight is None and not any(self._queues)
+
+    # ------------------------------------------------------------------ the two ways in
+
+    def submit(
+        self,
+        key: Hashable,
+        *,
+        text: TextSource,
+        edit: MessageRef | None = None,
+        priority: int = Priority.UPDATE,
+        on_outcome: OutcomeCallback | None = None,
+        thread: str | None = None,
+    ) -> bool:
+        """Queue supersedable work without waiting; True when it replaced queued work of ``key``.
+
+        A replaced submission gets no outcome of its own: its replacement's answers for both.
+        ``edit`` makes it an edit of that message, otherwise it is a post (in ``thread`` if given).
+        """
+        op: SendOp = Post(text, thread) if edit is None else Edit(edit, text)
+        return self._enqueue(_Work(key, op, self._check_priority(priority), on_outcome))
+
+    async def send(self, op: SendOp, *, priority: int = Priority.TERMINAL) -> MessageRef:
+        """Send ``op`` and wait for it; the ``MessageRef`` or the ``ProviderError`` it met.
+
+        Raises ``Forbidden`` at once while the channel waits for its re-check, and ``Unreachable``
+        once the channel has been given up.
+        """
+        self._refuse_if_unhealthy()
+        work = _Work(("send", next(self._seq)), op, self._check_priority(priority), keyed=False)
+        work.waiter = anyio.Event()
+        self._enqueue(work)
+        try:
+            await work.waiter.wait()
+        finally:
+            if not work.done:  # cancelled while queued: take it back
+                self._queues[work.priority].pop(work.key, None)
+        result = work.result
+        if isinstance(result, ProviderError):
+            raise result
+        if result is None:
+            raise ValueError("send(): the operation's text rendered None, so nothing was sent")
+        return result
+
+    def cancel(self, key: Hashable) -> bool:
+        """Withdraw queued work of ``key`` (its on_outcome gets ``None``); False if none queued."""
+        for queue in self._queues:
+            work = queue.pop(key, None)
+            if work is not None:
+                self._resolve(work, None)
+                return True
+        return False
+
+    # ------------------------------------------------------------------ running
+
+    async def __aenter__(self) -> ChannelSender:
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        task_group.start_soon(self.run)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        task_group, self._task_group = self._task_group, None
+        assert task_group is not None
+        task_group.cancel_scope.cancel()
+        return await task_group.__aexit__(exc_type, exc, tb)
+
+    async def run(self) -> None:
+        """The drain loop; run it in a task group for the channel's lifetime."""
+        if self._running:
+            raise RuntimeError(f"ChannelSender for {self.channel!r} is already running")
+        self._running = True
+        self._wake = anyio.Event()
+        try:
+            while True:
+                await self._step()
+        finally:
+            self._running = False
+            closed = SenderClosed(f"the sender for channel {self.channel!r} stopped")
+            for queue in self._queues:
+                for work in list(queue.values()):
+                    self._resolve(work, closed)
+                queue.clear()
+
+    # ------------------------------------------------------------------ internals
+
+    @staticmethod
+    def _check_priority(priority: int) -> int:
+        if priority not in (Priority.TERMINAL, Priority.NEW, Priority.UPDATE):
+            raise ValueError(f"priority must be a Priority (0, 1 or 2), got {priority!r}")
+        return int(priority)
+
+    def _refuse_if_unhealthy(self) -> None:
+        if self._gave_up is not None:
+            raise Unreachable(f"channel {self.channel!r} was given up: {self._gave_up}")
+        if not self._healthy and anyio.current_time() < self._recheck_at:
+            raise Forbidden(
+                f"channel {self.channel!r} is unhealthy ({self._health_reason}); "
+                f"nothing is sent until the re-check in "
+                f"{self._recheck_at - anyio.current_time():.0f} s"
+            )
+
+    def _enqueue(self, work: _Work) -> bool:
+        if isinstance(work.op, Edit):
+            work.target = work.op.ref.message_id
+        replaced: _Work | None = None
+        if work.keyed:
+            for queue in self._queues:
+                replaced = queue.get(work.key)
+                if replaced is not None:
+                    if replaced.priority != work.priority:
+                        del queue[work.key]
+                    break
+        # Assigning an existing key keeps its place in line: replaced in place, not re-queued.
+        self._queues[work.priority][work.key] = work
+        if replaced is not None:
+            self.stats.superseded += 1
+        if self._waiting and self._wake is not None:
+            self._wake.set()
+        return replaced is not None
+
+    def _resolve(self, work: _Work, result: Outcome) -> None:
+        work.done = True
+        work.result = result
+        if work.waiter is not None:
+            work.waiter.set()
+        if work.on_outcome is not None:
+            work.on_outcome(result)
+
+    def _requeue(self, work: _Work) -> None:
+        """Put keyed work back at the head of its class, unless newer work of its key waits."""
+        for queue in self._queues:
+            if work.key in queue:
+                self.stats.superseded += 1
+                self._resolve(work, None)
+                return
+        queue = self._queues[work.priority]
+        rebuilt = {work.key: work}
+        rebuilt.update(queue)
+        self._queues[work.priority] = rebuilt
+
+    def _not_before(self, work: _Work) -> float:
+        if work.target is None:
+            return -math.inf
+        last = self._last_write.get(work.target)
+        return -math.inf if last is None else last + self.budget.edit_spacing
+
+    def _pick(self, now: float) -> tuple[_Work | None, float]:
+        """The first eligible work in priority order, else when the earliest becomes eligible."""
+        earliest = math.inf
+        for queue in self._queues:
+            for work in queue.values():
+                not_before = self._not_before(work)
+                if not_before <= now:
+                    return work, now
+                earliest = min(earliest, not_before)
+        return None, earliest
+
+    async def _wait(self, deadline: float) -> None:
+        """Sleep until ``deadline`` or until new work is submitted, whichever is first."""
+        assert self._wake is not None
+        self._waiting = True
+        try:
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await self._wake.wait()
+        finally:
+            self._waiting = False
+            if self._wake.is_set():
+                self._wake = anyio.Event()
+
+    def _backoff(self) -> float:
+        self._failures += 1
+        base = min(BACKOFF_MAX, BACKOFF_MIN * 2.0**self._failures)
+        delay = base / 2 + self._random.random() * base / 2
+        return min(BACKOFF_MAX, max(BACKOFF_MIN, delay))
+
+    def _pause(self, seconds: float) -> None:
+        self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
+
+    def _mark_forbidden(self, error: Forbidden) -> None:
+        self.stats.forbidden += 1
+        if self._healthy:
+            logger.warning(
+                "channel %r is forbidden (%s): nothing is sent there until a re-check every %.0f s",
+                self.channel,
+                error,
+                self.recheck_interval,
+            )
+        self._healthy = False
+        self._health_reason = f"forbidden: {error}"
+        self._recheck_at = anyio.current_time() + self.recheck_interval
+        self._fail_unkeyed(error)
+
+    def _mark_healthy(self) -> None:
+        if not self._healthy:
+            logger.warning("channel %r is reachable again", self.channel)
+        self._healthy = True
+        self._health_reason = None
+
+    def _fail_unkeyed(self, error: ProviderError) -> None:
+        for queue in self._queues:
+            for key in [key for key, work in queue.items() if not work.keyed]:
+                self._resolve(queue.pop(key), error)
+
+    async def _step(self) -> None:
+        now = anyio.current_time()
+        if self._gave_up is not None:
+            for queue in self._queues:
+                for abandoned in list(queue.values()):
+                    self._resolve(abandoned, self._gave_up)
+                queue.clear()
+            await self._wait(math.inf)
+            return
+        if now < self._paused_until:
+            await anyio.sleep(self._paused_until - now)
+            return
+        if not self._healthy:
+            if now < self._recheck_at:
+                await self._wait(self._recheck_at)
+                return
+            if self.provider.capabilities.probe and await self._probe():
+                return
+        work, ready_at = self._pick(now)
+        if work is None:
+            await self._wait(ready_at)
+            return
+        delay = self._gate.delay(now)
+        if delay > 0:
+            await anyio.sleep(delay)
+            return
+        await self._send(work, now)
+
+    async def _probe(self) -> bool:
+        """Run the provider's probe; True when it settled the re-check (either way)."""
+        try:
+            answer = await self.provider.probe(self.channel)
+        except ProviderError as error:
+            answer = False
+            self._health_reason = f"forbidden; the re-check failed: {error!r}"
+        if answer is None:
+            return False  # the provider cannot tell: the next real send is the re-check
+        if answer:
+            self._mark_healthy()
+        else:
+            self._recheck_at = anyio.current_time() + self.recheck_interval
+        return True
+
+    async def _send(self, work: _Work, now: float) -> None:
+        del self._queues[work.priority][work.key]
+        op = work.op
+        text = render_text(op.text)
+        if text is None:
+            self.stats.skipped += 1
+            self._resolve(work, None)
+            return
+        self._gate.record(now)
+        self.stats.sends += 1
+        self._inflight = work
+        try:
+            if isinstance(op, Post):
+                self.stats.posts += 1
+                ref = await self.provider.post(self.channel, text, thread=op.thread or self.thread)
+            else:
+                self.stats.edits += 1
+                self._last_write[op.ref.message_id] = now
+                ref = await self.provider.edit(op.ref, text)
+        except anyio.get_cancelled_exc_class():
+            self._resolve(work, SenderClosed(f"the sender for channel {self.channel!r} stopped"))
+            raise
+        except RateLimited as error:
+            self.stats.rate_limit_pauses += 1
+            if error.retry_after is not None and error.retry_after >= 0:
+                self._pause(error.retry_after)
+            else:
+                self.stats.backoffs += 1
+                self._pause(self._backoff())
+            self._retry_or_fail(work, error, retry_unkeyed=True)
+        except NotFound as error:
+            self.stats.not_found += 1
+            self._resolve(work, error)
+        except Forbidden as error:
+            self._mark_forbidden(error)
+            self._retry_or_fail(work, error, retry_unkeyed=False)
+        except Unreachable as error:
+            self.stats.unreachable += 1
+            logger.error("channel %r is unreachable (%s): giving it up", self.channel, error)
+            self._gave_up = error
+            self._health_reason = f"unreachable: {error}"
+            self._resolve(work, error)
+        except ProviderError as error:
+            self._transient(work, error)
+        except Exception as error:  # a provider bug reads as transient (reading_for's rule)
+            logger.exception("provider %r raised a non-ProviderError", self.provider.name)
+            self._transient(work, TransportError(f"{type(error).__name__}: {error}"))
+        else:
+            self._failures = 0
+            self._mark_healthy()
+            self._last_write[ref.message_id] = now
+            self._forget_old_writes(now)
+            self.stats.delivered += 1
+            self._resolve(work, ref)
+        finally:
+            self._inflight = None
+
+    def _transient(self, work: _Work, error: ProviderError) -> None:
+        self.stats.transport_errors += 1
+        self.stats.backoffs += 1
+        self._pause(self._backoff())
+        self._retry_or_fail(work, error, retry_unkeyed=False)
+
+    def _retry_or_fail(self, work: _Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
+        if work.keyed or retry_unkeyed:
+            self._requeue(work)
+        else:
+            self._resolve(work, error)
+
+    def _forget_old_writes(self, now: float) -> None:
+        # Spacing only needs writes younger than edit_spacing; prune in batches, not per send.
+        if len(self._last_write) > 4096:
+            horizon = now - self.budget.edit_spacing
+            self._last_write = {m: t for m, t in self._last_write.items() if t > horizon}
