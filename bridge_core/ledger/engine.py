@@ -1,0 +1,413 @@
+"""The delivery ledger: record before sending, claim by compare-and-swap, resend on schedule.
+
+``DeliveryLedger`` is given a store and a delivery function. It decides nothing about the
+schedule itself (``schedule.py`` does) and knows no provider: errors are read through
+``bridge_core.provider.reading_for``. Time for waiting comes from anyio (virtual in tests);
+stored timestamps come from ``clock`` (wall time by default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+
+from bridge_core.ledger.model import Deliver, Delivery, Obligation, Reply, State
+from bridge_core.ledger.schedule import (
+    Abandon,
+    Schedule,
+    after_failure,
+    marker_for,
+    verdict_at_claim,
+)
+from bridge_core.ledger.store import CLAIMABLE_STATES, LedgerStore, Scope
+from bridge_core.provider import ProviderError
+
+__all__ = ["DeliveryLedger", "DisabledLedger", "SweepReport"]
+
+log = logging.getLogger("bridge_core.ledger")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What one sweep did: rows claimed and sent, and how they ended."""
+
+    claimed: int = 0
+    delivered: int = 0
+    failed: int = 0
+    abandoned: int = 0
+    marked: int = 0
+    skipped: int = 0
+
+    def __add__(self, other: SweepReport) -> SweepReport:
+        return SweepReport(
+            self.claimed + other.claimed,
+            self.delivered + other.delivered,
+            self.failed + other.failed,
+            self.abandoned + other.abandoned,
+            self.marked + other.marked,
+            self.skipped + other.skipped,
+        )
+
+
+class DeliveryLedger:
+    """At-least-once delivery of replies, with possible duplicates labelled.
+
+    ``profiles``: the bot profiles this process serves; it claims only their rows.
+    ``connected``: whether a platform is connected now; rows of a disconnected platform are
+    left alone (they keep their attempts) until ``redeliver_failed(platform)``.
+    """
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        *,
+        deliver: Deliver,
+        profiles: Collection[str],
+        connected: Callable[[str], bool] = lambda platform: True,
+        schedule: Schedule | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not profiles:
+            raise ValueError("DeliveryLedger needs at least one profile to serve")
+        self.store = store
+        self._deliver = deliver
+        self.profiles = frozenset(profiles)
+        self._connected = connected
+        self.schedule = schedule if schedule is not None else Schedule()
+        self._clock = clock
+        self._timers: list[tuple[float, str, int]] = []  # (due on anyio's clock, id, fence)
+        self._wake = anyio.Event()
+
+    # ------------------------------------------------------------------ recording and sending
+
+    async def record(self, reply: Reply) -> Obligation:
+        """Record ``reply`` durably (as ``pending``); an already recorded id returns its row."""
+        if reply.profile not in self.profiles:
+            raise ValueError(
+                f"reply {reply.obligation_id!r} is for profile {reply.profile!r}, but this "
+                f"ledger serves {sorted(self.profiles)}: record it in that profile's gateway"
+            )
+        row, _created = await self.store.record(reply, now=self._clock())
+        return row
+
+    async def submit(self, reply: Reply) -> Obligation:
+        """Record ``reply``, then send it at once; returns the row as it ended.
+
+        Recording again an id that exists sends nothing: the row is whoever recorded it first's.
+        """
+        row, created = await self.store.record(reply, now=self._clock())
+        if not created:
+            return row
+        return await self.deliver_now(row)
+
+    async def deliver_now(self, row: Obligation) -> Obligation:
+        """Claim ``row`` (as read, by its fence) and send it; returns the row as it ended, or as
+        it is when another claimer got there first."""
+        await self._attempt(row)
+        current = await self.store.get(row.id)
+        return current if current is not None else row
+
+    async def _attempt(self, row: Obligation) -> tuple[str, bool]:
+        """Claim and send one row; returns how it ended (a SweepReport field name) and whether
+        the send carried the marker."""
+        if not self._connected(row.platform):
+            return "skipped", False
+        now = self._clock()
+        verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
+        if isinstance(verdict, Abandon):
+            if await self.store.abandon(row.id, fence=row.fence, now=now, reason=verdict.reason):
+                log.warning("ledger: abandoned %s: %s", row.id, verdict.reason)
+                return "abandoned", False
+            return "skipped", False
+        claimed = await self.store.claim(row.id, fence=row.fence, now=now)
+        if claimed is None:
+            return "skipped", False
+        return await self._send(claimed, marked=verdict.marked), verdict.marked
+
+    async def _send(self, row: Obligation, *, marked: bool) -> str:
+        first = len(row.delivered)
+        parts = len(row.chunks)
+        for part in range(first, parts):
+            delivery = Delivery(
+                obligation_id=row.id,
+                profile=row.profile,
+                platform=row.platform,
+                channel=row.channel,
+                thread=row.thread,
+                reply_to=row.reply_to,
+                body=row.chunks[part],
+                marker=marker_for(first_part=first) if marked and part == first else None,
+                part=part,
+                parts=parts,
+                fence=row.fence,
+                attempt=row.attempts,
+            )
+            try:
+                ref = await self._deliver(delivery)
+            except ProviderError as error:
+                return await self._failed(row, error)
+            except Exception as error:  # an unclassified error reads as transient
+                log.exception("ledger: delivery of %s raised a non-provider error", row.id)
+                return await self._failed(row, error)
+            now = self._clock()
+            if part + 1 < parts:
+                held = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
+            else:
+                held = await self.store.settle(
+                    row.id, fence=row.fence, state=State.DELIVERED, now=now, ref=ref
+                )
+            if not held:
+                log.warning("ledger: %s was taken over during its send; stopping", row.id)
+                return "skipped"
+        return "delivered"
+
+    async def _failed(self, row: Obligation, error: BaseException) -> str:
+        now = self._clock()
+        change = after_failure(row, error, now=now, schedule=self.schedule)
+        held = await self.store.settle(
+            row.id,
+            fence=row.fence,
+            state=change.state,
+            now=now,
+            next_attempt_at=change.next_attempt_at,
+            penalty=change.penalty,
+            last_error=change.last_error,
+        )
+        if not held:
+            return "skipped"
+        if change.state is State.ABANDONED:
+            log.warning("ledger: abandoned %s: %s", row.id, change.last_error)
+            return "abandoned"
+        if change.in_process and change.next_attempt_at is not None:
+            delay = max(0.0, change.next_attempt_at - now)
+            heapq.heappush(self._timers, (anyio.current_time() + delay, row.id, row.fence))
+            self._wake.set()
+        return "failed"
+
+    # ------------------------------------------------------------------ sweeps
+
+    async def _sweep(self, scope: Scope) -> SweepReport:
+        """Claim and send every row in ``scope``, page by page, ``schedule.concurrency`` at once.
+
+        Each row is claimed just before its own send, never a page ahead, so a crash marks only
+        the rows whose sends had begun.
+        """
+        limiter = anyio.Semaphore(self.schedule.concurrency)
+        counts = dict.fromkeys(SweepReport.__slots__, 0)
+
+        async def one(row: Obligation) -> None:
+            try:
+                outcome, marked = await self._attempt(row)
+            finally:
+                limiter.release()
+            counts[outcome] += 1
+            counts["claimed"] += outcome != "skipped"
+            counts["marked"] += marked
+
+        cursor = scope.after
+        while True:
+            page = await self.store.candidates(
+                dataclasses.replace(scope, after=cursor), now=self._clock()
+            )
+            async with anyio.create_task_group() as group:
+                for row in page:
+                    await limiter.acquire()
+                    group.start_soon(one, row)
+            if len(page) < scope.limit:
+                break
+            cursor = (page[-1].created_at, page[-1].id)
+        return SweepReport(**counts)
+
+    async def boot_sweep(self) -> SweepReport:
+        """Before serving: resend the rows dead owners left (pending, attempting, failed), those
+        due now; rows still waiting for a timer are picked up by ``run`` when it fires."""
+        return await self._sweep(
+            Scope(
+                owners="dead",
+                states=CLAIMABLE_STATES,
+                due="due_or_unset",
+                profiles=self.profiles,
+            )
+        )
+
+    async def redeliver_failed(self, platform: str) -> SweepReport:
+        """After ``platform`` reconnected: resend its failed rows now (this process's and dead
+        owners'), except those still waiting out a rate-limit penalty."""
+        return await self._sweep(
+            Scope(
+                owners="mine_or_dead",
+                states=(State.FAILED,),
+                due="not_waiting_penalty",
+                profiles=self.profiles,
+                platforms=(platform,),
+            )
+        )
+
+    async def sweep_due(self) -> SweepReport:
+        """Rows whose timers expired (this process's, e.g. after a timer was lost) and every row
+        a dead owner left. ``run`` calls this every ``schedule.sweep_interval``."""
+        mine = await self._sweep(
+            Scope(
+                owners="mine",
+                states=(State.PENDING, State.FAILED),
+                due="due",
+                profiles=self.profiles,
+            )
+        )
+        dead = await self.boot_sweep()
+        return mine + dead
+
+    async def prune(self) -> int:
+        """Delete delivered rows older than ``schedule.keep_delivered``."""
+        return await self.store.prune(delivered_before=self._clock() - self.schedule.keep_delivered)
+
+    async def counts_by_state(self) -> dict[State, int]:
+        """Rows of this process's profiles by state (for metrics)."""
+        return await self.store.counts_by_state(profiles=self.profiles)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _fire_timers(self) -> None:
+        now = anyio.current_time()
+        while self._timers and self._timers[0][0] <= now:
+            _due, obligation, fence = heapq.heappop(self._timers)
+            row = await self.store.get(obligation)
+            if row is None or row.fence != fence or row.state.final:
+                continue
+            if row.state is State.ATTEMPTING:
+                continue
+            try:
+                await self._attempt(row)
+            except Exception:
+                log.exception("ledger: resend of %s failed in the ledger itself", obligation)
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve the in-process timers, sweep for due and orphaned rows, prune, renew the lease.
+
+        Runs until cancelled. Call ``boot_sweep`` first (the runtime does, before serving).
+        """
+        next_sweep = anyio.current_time() + self.schedule.sweep_interval
+        next_prune = anyio.current_time()
+        task_status.started()
+        while True:
+            now = anyio.current_time()
+            if now >= next_prune:
+                next_prune = now + self.schedule.prune_interval
+                try:
+                    await self.prune()
+                except Exception:
+                    log.exception("ledger: pruning delivered rows failed; will try again")
+            if now >= next_sweep:
+                next_sweep = now + self.schedule.sweep_interval
+                try:
+                    await self.store.renew()
+                    await self.sweep_due()
+                except Exception:
+                    log.exception("ledger: periodic sweep failed; will try again")
+            await self._fire_timers()
+            wake_at = min(next_sweep, next_prune)
+            if self._timers:
+                wake_at = min(wake_at, self._timers[0][0])
+            self._wake = anyio.Event()
+            with anyio.move_on_after(max(0.0, wake_at - anyio.current_time())):
+                await self._wake.wait()
+
+    @property
+    def timers(self) -> int:
+        """How many in-process resend timers are pending."""
+        return len(self._timers)
+
+
+class DisabledLedger:
+    """``delivery_ledger = false``: the same calls as ``DeliveryLedger``, nothing recorded.
+
+    Each reply is sent once; a failed send is not retried and a crash loses the replies in
+    flight. Right for a bot where a duplicate is unacceptable and a lost reply is acceptable.
+    The rows it returns exist only in memory.
+    """
+
+    def __init__(self, *, deliver: Deliver, clock: Callable[[], float] = time.time) -> None:
+        self._deliver = deliver
+        self._clock = clock
+
+    async def record(self, reply: Reply) -> Obligation:
+        now = self._clock()
+        return Obligation(
+            id=reply.obligation_id,
+            profile=reply.profile,
+            platform=reply.platform,
+            channel=reply.channel,
+            thread=reply.thread,
+            reply_to=reply.reply_to,
+            text=reply.text,
+            chunks=reply.chunks,
+            state=State.PENDING,
+            attempts=0,
+            resends=0,
+            fence=0,
+            owner=None,
+            created_at=now,
+            updated_at=now,
+            next_attempt_at=None,
+            last_error=None,
+        )
+
+    async def submit(self, reply: Reply) -> Obligation:
+        return await self.deliver_now(await self.record(reply))
+
+    async def deliver_now(self, row: Obligation) -> Obligation:
+        refs = []
+        for part, body in enumerate(row.chunks):
+            delivery = Delivery(
+                obligation_id=row.id,
+                profile=row.profile,
+                platform=row.platform,
+                channel=row.channel,
+                thread=row.thread,
+                reply_to=row.reply_to,
+                body=body,
+                marker=None,
+                part=part,
+                parts=len(row.chunks),
+                fence=0,
+                attempt=1,
+            )
+            try:
+                refs.append(await self._deliver(delivery))
+            except Exception as error:
+                log.warning("ledger disabled: reply %s lost: %r", row.id, error)
+                return dataclasses.replace(
+                    row, state=State.ABANDONED, attempts=1, last_error=repr(error)[:500]
+                )
+        return dataclasses.replace(row, state=State.DELIVERED, attempts=1, delivered=tuple(refs))
+
+    async def boot_sweep(self) -> SweepReport:
+        return SweepReport()
+
+    async def sweep_due(self) -> SweepReport:
+        return SweepReport()
+
+    async def redeliver_failed(self, platform: str) -> SweepReport:
+        return SweepReport()
+
+    async def prune(self) -> int:
+        return 0
+
+    async def counts_by_state(self) -> dict[State, int]:
+        return dict.fromkeys(State, 0)
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await anyio.sleep(math.inf)

@@ -1,0 +1,194 @@
+"""The ledger's records: a reply to deliver, its row, the delivery handed to ``deliver``.
+
+A ``Reply`` is what the runtime asks the ledger to deliver; recording it creates an
+``Obligation`` (the row). Each send of one part of it is a ``Delivery`` handed to the delivery
+function the ledger was given. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bridge_core.conversation import obligation_id
+from bridge_core.provider import MessageRef
+
+__all__ = [
+    "Deliver",
+    "Delivery",
+    "LedgerError",
+    "Obligation",
+    "Owner",
+    "Reply",
+    "State",
+]
+
+
+class LedgerError(Exception):
+    """A ledger store could not be opened or used (bad URL, unreadable file, wrong schema)."""
+
+
+class State(enum.StrEnum):
+    """A row's state. ``attempting`` lasts the whole send, so no other sweep can claim it."""
+
+    PENDING = "pending"  # recorded; no send started (or a send was refused and is waiting)
+    ATTEMPTING = "attempting"  # claimed: a send may be in flight
+    DELIVERED = "delivered"  # every part acknowledged by the platform
+    FAILED = "failed"  # the last send failed; waiting for a resend
+    ABANDONED = "abandoned"  # never sent again: kept and visible
+
+    @property
+    def final(self) -> bool:
+        return self in (State.DELIVERED, State.ABANDONED)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who holds a row: one process, named by host, process id and process start time.
+
+    The start time tells a reused process id from the process that stamped the row.
+    """
+
+    host: str
+    pid: int
+    started: str
+
+    def __str__(self) -> str:
+        return f"{self.host}|{self.pid}|{self.started}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner:
+        host, _, rest = text.rpartition("|")
+        host, _, pid = host.rpartition("|")
+        if not host or not pid.isdigit():
+            raise ValueError(f"not an owner id (host|pid|start): {text!r}")
+        return cls(host=host, pid=int(pid), started=rest)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A final reply to deliver to one conversation, exactly as it must go out.
+
+    ``chunks`` are the parts the runtime already cut for the platform (leave room for the
+    recovery marker: ``MARKER_HEADROOM`` characters); empty means one part, ``text``.
+    ``obligation_id`` is derived from what the reply answers (``Reply.answering``) or is a
+    client's idempotency key: recording the same id twice is a no-op.
+    """
+
+    obligation_id: str
+    profile: str
+    platform: str
+    channel: str
+    text: str
+    thread: str | None = None
+    reply_to: str | None = None
+    chunks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("obligation_id", "profile", "platform", "channel"):
+            if not getattr(self, name):
+                raise ValueError(f"Reply.{name} must not be empty")
+        if not self.chunks:
+            object.__setattr__(self, "chunks", (self.text,))
+
+    @classmethod
+    def answering(
+        cls,
+        *,
+        profile: str,
+        platform: str,
+        channel: str,
+        answers: str,
+        text: str,
+        index: int = 0,
+        thread: str | None = None,
+        reply_to: str | None = None,
+        chunks: tuple[str, ...] = (),
+    ) -> Reply:
+        """Reply ``index`` to the inbound message or turn ``answers`` (a derived, shared id)."""
+        return cls(
+            obligation_id=obligation_id(profile, channel, answers, index),
+            profile=profile,
+            platform=platform,
+            channel=channel,
+            text=text,
+            thread=thread,
+            reply_to=reply_to,
+            chunks=chunks,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Obligation:
+    """One ledger row.
+
+    ``attempts`` counts claims (sends started); ``resends`` counts the resend budget spent (a
+    rate-limit retry spends none); ``penalty`` says the row waits out a rate-limit penalty;
+    ``delivered`` holds the refs of the parts acknowledged so far, in order.
+    """
+
+    id: str
+    profile: str
+    platform: str
+    channel: str
+    thread: str | None
+    reply_to: str | None
+    text: str
+    chunks: tuple[str, ...]
+    state: State
+    attempts: int
+    resends: int
+    fence: int
+    owner: str | None
+    created_at: float
+    updated_at: float
+    next_attempt_at: float | None
+    last_error: str | None
+    penalty: bool = False
+    delivered: tuple[MessageRef, ...] = field(default=())
+
+    @property
+    def reply(self) -> Reply:
+        return Reply(
+            obligation_id=self.id,
+            profile=self.profile,
+            platform=self.platform,
+            channel=self.channel,
+            text=self.text,
+            thread=self.thread,
+            reply_to=self.reply_to,
+            chunks=self.chunks,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One part of a reply, handed to the delivery function.
+
+    ``text`` is what to post: the part, preceded by the recovery marker when this send may
+    duplicate an earlier one. ``fence`` and ``attempt`` identify the claim this send belongs to.
+    """
+
+    obligation_id: str
+    profile: str
+    platform: str
+    channel: str
+    thread: str | None
+    reply_to: str | None
+    body: str
+    marker: str | None
+    part: int
+    parts: int
+    fence: int
+    attempt: int
+
+    @property
+    def text(self) -> str:
+        if self.marker is None:
+            return self.body
+        return f"{self.marker}\n{self.body}"
+
+
+Deliver = Callable[[Delivery], Awaitable[MessageRef]]
+"""Sends one part and returns its ref; raises ``bridge_core.provider.ProviderError`` subclasses."""

@@ -1,0 +1,36 @@
+"""Open a ledger store from a config value: a file path (SQLite) or a ``postgresql://`` URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bridge_core.ledger.model import LedgerError
+from bridge_core.ledger.store import LedgerStore
+
+__all__ = ["open_store"]
+
+
+async def open_store(
+    location: str | Path, *, owner: str | None = None, table_prefix: str = "bridge_"
+) -> LedgerStore:
+    """Open (and create if needed) the ledger at ``location`` and register this process.
+
+    ``owner`` overrides this process's owner id (tests); ``table_prefix`` names the PostgreSQL
+    tables (SQLite always uses ``ledger``).
+    """
+    text = str(location)
+    store: LedgerStore
+    if text.startswith(("postgresql://", "postgres://")):
+        raise LedgerError("the PostgreSQL ledger store is being written (issue 4); use SQLite")
+    elif "://" in text and not text.startswith("sqlite://"):
+        raise LedgerError(
+            f"ledger location {text!r} is neither a file path nor a postgresql:// URL; "
+            "set `ledger` to a SQLite file path or a postgresql://user@host/db URL"
+        )
+    else:
+        from bridge_core.ledger.sqlite import SQLiteLedgerStore
+
+        path = text.removeprefix("sqlite://")
+        store = SQLiteLedgerStore(path, owner=owner)
+    await store.open()
+    return store

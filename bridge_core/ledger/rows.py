@@ -1,0 +1,180 @@
+"""The row layout the SQL stores share: columns, and converting a result row to an Obligation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from bridge_core.ledger.model import Obligation, State
+from bridge_core.provider import MessageRef
+
+__all__ = [
+    "COLUMNS",
+    "decode_chunks",
+    "decode_refs",
+    "encode_chunks",
+    "encode_refs",
+    "filters_sql",
+    "scope_where",
+    "to_obligation",
+]
+
+COLUMNS = (
+    "id, profile, platform, channel, thread, reply_to, text, chunks, state, attempts, resends, "
+    "fence, owner, created_at, updated_at, next_attempt_at, last_error, penalty, delivered"
+)
+
+
+def encode_chunks(text: str, chunks: Sequence[str]) -> str:
+    # A one-part reply (the common case) stores no second copy of its text.
+    if len(chunks) == 1 and chunks[0] == text:
+        return ""
+    return json.dumps(list(chunks), ensure_ascii=False)
+
+
+def decode_chunks(text: str, stored: str) -> tuple[str, ...]:
+    if not stored:
+        return (text,)
+    return tuple(json.loads(stored))
+
+
+def encode_refs(refs: Sequence[MessageRef]) -> str:
+    return json.dumps(
+        [[ref.channel, ref.message_id, ref.thread] for ref in refs], ensure_ascii=False
+    )
+
+
+def decode_refs(stored: str) -> tuple[MessageRef, ...]:
+    if not stored:
+        return ()
+    return tuple(
+        MessageRef(channel, message_id, thread)
+        for channel, message_id, thread in json.loads(stored)
+    )
+
+
+def to_obligation(row: Sequence[Any]) -> Obligation:
+    (
+        id_,
+        profile,
+        platform,
+        channel,
+        thread,
+        reply_to,
+        text,
+        chunks,
+        state,
+        attempts,
+        resends,
+        fence,
+        owner,
+        created_at,
+        updated_at,
+        next_attempt_at,
+        last_error,
+        penalty,
+        delivered,
+    ) = row
+    return Obligation(
+        id=id_,
+        profile=profile,
+        platform=platform,
+        channel=channel,
+        thread=thread,
+        reply_to=reply_to,
+        text=text,
+        chunks=decode_chunks(text, chunks),
+        state=State(state),
+        attempts=int(attempts),
+        resends=int(resends),
+        fence=int(fence),
+        owner=owner,
+        created_at=float(created_at),
+        updated_at=float(updated_at),
+        next_attempt_at=None if next_attempt_at is None else float(next_attempt_at),
+        last_error=last_error,
+        penalty=bool(penalty),
+        delivered=decode_refs(delivered),
+    )
+
+
+def scope_where(
+    scope: Any,
+    *,
+    now: float,
+    me: str,
+    dead_sql: str,
+    dead_params: Sequence[Any],
+    ph: str,
+) -> tuple[str, list[Any]]:
+    """``WHERE ... ORDER BY ... LIMIT ...`` for a ``Scope``, with ``ph`` as the placeholder.
+
+    ``dead_sql`` is the store's own "this row's owner is dead" predicate.
+    """
+
+    def marks(count: int) -> str:
+        return ", ".join([ph] * count)
+
+    params: list[Any] = []
+    states = [state.value for state in scope.states]
+    profiles = sorted(scope.profiles)
+    clauses = [f"state IN ({marks(len(states))})", f"profile IN ({marks(len(profiles))})"]
+    params += states
+    params += profiles
+    if scope.platforms is not None:
+        platforms = sorted(scope.platforms)
+        if not platforms:
+            clauses.append("1 = 0")
+        else:
+            clauses.append(f"platform IN ({marks(len(platforms))})")
+            params += platforms
+    if scope.owners == "mine":
+        clauses.append(f"owner = {ph}")
+        params.append(me)
+    elif scope.owners == "dead":
+        clauses.append(f"({dead_sql})")
+        params += dead_params
+    else:
+        clauses.append(f"(owner = {ph} OR {dead_sql})")
+        params.append(me)
+        params += dead_params
+    if scope.due == "due":
+        clauses.append(f"(next_attempt_at IS NOT NULL AND next_attempt_at <= {ph})")
+    elif scope.due == "due_or_unset":
+        clauses.append(f"(next_attempt_at IS NULL OR next_attempt_at <= {ph})")
+    else:
+        clauses.append(f"(NOT penalty OR next_attempt_at <= {ph})")
+    params.append(now)
+    if scope.after is not None:
+        clauses.append(f"(created_at > {ph} OR (created_at = {ph} AND id > {ph}))")
+        params += [scope.after[0], scope.after[0], scope.after[1]]
+    params.append(scope.limit)
+    return " AND ".join(clauses) + f" ORDER BY created_at, id LIMIT {ph}", params
+
+
+def filters_sql(
+    states: Collection[State] | None,
+    channel: str | None,
+    created_before: float | None,
+    created_after: float | None,
+    *,
+    ph: str,
+) -> tuple[str, list[object]]:
+    """`` WHERE ...`` for people's row filters (empty when there is none)."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if states is not None:
+        values = sorted(state.value for state in states)
+        clauses.append(f"state IN ({', '.join([ph] * len(values))})" if values else "1 = 0")
+        params += values
+    if channel is not None:
+        clauses.append(f"channel = {ph}")
+        params.append(channel)
+    if created_before is not None:
+        clauses.append(f"created_at < {ph}")
+        params.append(created_before)
+    if created_after is not None:
+        clauses.append(f"created_at > {ph}")
+        params.append(created_after)
+    return ((" WHERE " + " AND ".join(clauses)) if clauses else ""), params

@@ -1,0 +1,340 @@
+"""The embedded ledger: one SQLite file, WAL, ``synchronous=FULL``, one writer thread.
+
+Accepted means durable across a power cut, not only a process kill. Every call goes through
+``SQLiteWriter``, which batches concurrent calls into group commits off the event loop.
+Ownership is host, process id and process start time; whether an owner is alive is read from
+``/proc`` on this host, so a SQLite ledger belongs to one host (see ``owner.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Collection
+from pathlib import Path
+
+from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
+from bridge_core.ledger.owner import current_owner, is_alive_here
+from bridge_core.ledger.rows import (
+    COLUMNS,
+    decode_refs,
+    encode_chunks,
+    encode_refs,
+    filters_sql,
+    scope_where,
+    to_obligation,
+)
+from bridge_core.ledger.sqlwriter import SQLiteWriter
+from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
+from bridge_core.provider import MessageRef
+
+__all__ = ["SCHEMA", "SQLiteLedgerStore", "configure_connection"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger (
+    id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    platform TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    thread TEXT,
+    reply_to TEXT,
+    text TEXT NOT NULL,
+    chunks TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    resends INTEGER NOT NULL DEFAULT 0,
+    fence INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    next_attempt_at REAL,
+    last_error TEXT,
+    penalty INTEGER NOT NULL DEFAULT 0,
+    delivered TEXT NOT NULL DEFAULT ''
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ledger_open ON ledger (created_at, id)
+    WHERE state IN ('pending', 'attempting', 'failed');
+CREATE INDEX IF NOT EXISTS ledger_state_updated ON ledger (state, updated_at);
+CREATE TABLE IF NOT EXISTS kv (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
+"""
+
+
+def configure_connection(conn: sqlite3.Connection) -> None:
+    """WAL, ``synchronous=FULL``, a generous busy timeout (the CLI shares the file)."""
+    conn.execute("PRAGMA busy_timeout = 10000")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise LedgerError(f"could not put the ledger file in WAL mode (got {mode!r})")
+    conn.execute("PRAGMA synchronous = FULL")
+
+
+def _setup(conn: sqlite3.Connection) -> None:
+    configure_connection(conn)
+    conn.executescript(SCHEMA)
+
+
+_OPEN_STATES = tuple(state.value for state in CLAIMABLE_STATES)
+_SELECT = f"SELECT {COLUMNS} FROM ledger"
+
+
+class SQLiteLedgerStore:
+    """A ledger in one SQLite file (created with its folder if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, owner: str | None = None) -> None:
+        self.path = Path(path)
+        self._me = current_owner()
+        self._owner = owner if owner is not None else str(self._me)
+        self.writer = SQLiteWriter(str(self.path), setup=_setup)
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    async def open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            await self.writer.start()
+        except (OSError, sqlite3.Error) as error:
+            raise LedgerError(
+                f"cannot open the ledger file {self.path}: {error}; check the path and that "
+                "this user may write to its folder"
+            ) from error
+
+    async def aclose(self) -> None:
+        await self.writer.stop()
+
+    async def renew(self) -> None:
+        return None
+
+    def _alive(self, owner: str) -> bool:
+        return owner == self._owner or is_alive_here(owner, me=self._me)
+
+    async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
+        me = self._owner
+
+        def run(conn: sqlite3.Connection) -> tuple[Obligation, bool]:
+            created = conn.execute(
+                f"INSERT INTO ledger (id, profile, platform, channel, thread, reply_to, text, "
+                f"chunks, state, owner, created_at, updated_at) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
+                f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
+                (
+                    reply.obligation_id,
+                    reply.profile,
+                    reply.platform,
+                    reply.channel,
+                    reply.thread,
+                    reply.reply_to,
+                    reply.text,
+                    encode_chunks(reply.text, reply.chunks),
+                    me,
+                    now,
+                    now,
+                ),
+            ).fetchone()
+            if created is not None:
+                return to_obligation(created), True
+            existing = conn.execute(f"{_SELECT} WHERE id = ?", (reply.obligation_id,)).fetchone()
+            return to_obligation(existing), False
+
+        return await self.writer.call(run)
+
+    async def get(self, obligation_id: str) -> Obligation | None:
+        def run(conn: sqlite3.Connection) -> Obligation | None:
+            found = conn.execute(f"{_SELECT} WHERE id = ?", (obligation_id,)).fetchone()
+            return None if found is None else to_obligation(found)
+
+        return await self.writer.call(run)
+
+    async def candidates(self, scope: Scope, *, now: float) -> list[Obligation]:
+        def run(conn: sqlite3.Connection) -> list[Obligation]:
+            owners = [
+                owner
+                for (owner,) in conn.execute(
+                    "SELECT DISTINCT owner FROM ledger WHERE owner IS NOT NULL AND state IN "
+                    "('pending', 'attempting', 'failed')"
+                )
+            ]
+            live = [owner for owner in owners if self._alive(owner)]
+            if self._owner not in live:
+                live.append(self._owner)
+            dead_sql = f"owner IS NULL OR owner NOT IN ({', '.join('?' * len(live))})"
+            where, params = scope_where(
+                scope, now=now, me=self._owner, dead_sql=dead_sql, dead_params=live, ph="?"
+            )
+            return [
+                to_obligation(found) for found in conn.execute(f"{_SELECT} WHERE {where}", params)
+            ]
+
+        return await self.writer.call(run)
+
+    async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
+        me = self._owner
+
+        def run(conn: sqlite3.Connection) -> Obligation | None:
+            found = conn.execute(
+                "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
+                "attempts = attempts + 1, "
+                "resends = resends + CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
+                "penalty = 0, next_attempt_at = NULL, updated_at = ? "
+                "WHERE id = ? AND fence = ? AND state IN ('pending', 'attempting', 'failed') "
+                f"RETURNING {COLUMNS}",
+                (me, now, obligation_id, fence),
+            ).fetchone()
+            return None if found is None else to_obligation(found)
+
+        return await self.writer.call(run)
+
+    async def abandon(
+        self, obligation_id: str, *, fence: int, now: float, reason: str
+    ) -> Obligation | None:
+        def run(conn: sqlite3.Connection) -> Obligation | None:
+            found = conn.execute(
+                "UPDATE ledger SET state = 'abandoned', fence = fence + 1, last_error = ?, "
+                "next_attempt_at = NULL, penalty = 0, updated_at = ? "
+                "WHERE id = ? AND fence = ? AND state IN ('pending', 'attempting', 'failed') "
+                f"RETURNING {COLUMNS}",
+                (reason, now, obligation_id, fence),
+            ).fetchone()
+            return None if found is None else to_obligation(found)
+
+        return await self.writer.call(run)
+
+    async def progress(
+        self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
+    ) -> bool:
+        return await self._held_update(obligation_id, fence, now, ref=ref, changes="")
+
+    async def _held_update(
+        self,
+        obligation_id: str,
+        fence: int,
+        now: float,
+        *,
+        ref: MessageRef | None,
+        changes: str,
+        params: tuple[object, ...] = (),
+    ) -> bool:
+        me = self._owner
+
+        def run(conn: sqlite3.Connection) -> bool:
+            delivered_sql = ""
+            delivered_params: tuple[str, ...] = ()
+            if ref is not None:
+                current = conn.execute(
+                    "SELECT delivered FROM ledger WHERE id = ? AND fence = ? AND owner = ? "
+                    "AND state = 'attempting'",
+                    (obligation_id, fence, me),
+                ).fetchone()
+                if current is None:
+                    return False
+                refs = [*decode_refs(current[0]), ref]
+                delivered_sql, delivered_params = ", delivered = ?", (encode_refs(refs),)
+            cursor = conn.execute(
+                f"UPDATE ledger SET updated_at = ?{changes}{delivered_sql} "
+                "WHERE id = ? AND fence = ? AND owner = ? AND state = 'attempting'",
+                (now, *params, *delivered_params, obligation_id, fence, me),
+            )
+            return cursor.rowcount == 1
+
+        return await self.writer.call(run)
+
+    async def settle(
+        self,
+        obligation_id: str,
+        *,
+        fence: int,
+        state: State,
+        now: float,
+        next_attempt_at: float | None = None,
+        penalty: bool = False,
+        last_error: str | None = None,
+        ref: MessageRef | None = None,
+    ) -> bool:
+        return await self._held_update(
+            obligation_id,
+            fence,
+            now,
+            ref=ref,
+            changes=", state = ?, next_attempt_at = ?, penalty = ?, "
+            "last_error = COALESCE(?, last_error)",
+            params=(state.value, next_attempt_at, int(penalty), last_error),
+        )
+
+    async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:
+        def run(conn: sqlite3.Connection) -> dict[State, int]:
+            counts = dict.fromkeys(State, 0)
+            if profiles is None:
+                found = conn.execute("SELECT state, count(*) FROM ledger GROUP BY state")
+            else:
+                names = sorted(profiles)
+                found = conn.execute(
+                    f"SELECT state, count(*) FROM ledger WHERE profile IN "
+                    f"({', '.join('?' * len(names))}) GROUP BY state",
+                    names,
+                )
+            for state, count in found:
+                counts[State(state)] = int(count)
+            return counts
+
+        return await self.writer.call(run)
+
+    async def rows(
+        self,
+        *,
+        states: Collection[State] | None = None,
+        channel: str | None = None,
+        created_before: float | None = None,
+        created_after: float | None = None,
+        limit: int = 100,
+    ) -> list[Obligation]:
+        where, params = filters_sql(states, channel, created_before, created_after, ph="?")
+
+        def run(conn: sqlite3.Connection) -> list[Obligation]:
+            found = conn.execute(
+                f"{_SELECT}{where} ORDER BY created_at DESC, id DESC LIMIT ?", (*params, limit)
+            )
+            return [to_obligation(row) for row in found]
+
+        return await self.writer.call(run)
+
+    async def retry(self, obligation_id: str, *, now: float) -> Obligation | None:
+        def run(conn: sqlite3.Connection) -> Obligation | None:
+            found = conn.execute(
+                "UPDATE ledger SET state = 'pending', fence = fence + 1, resends = 0, "
+                "created_at = ?, updated_at = ?, next_attempt_at = NULL, penalty = 0, "
+                f"owner = NULL WHERE id = ? AND state = 'abandoned' RETURNING {COLUMNS}",
+                (now, now, obligation_id),
+            ).fetchone()
+            return None if found is None else to_obligation(found)
+
+        return await self.writer.call(run)
+
+    async def purge(self, *, states: Collection[State], created_before: float | None = None) -> int:
+        final = [state for state in states if state.final]
+        if not final:
+            return 0
+        where, params = filters_sql(final, None, created_before, None, ph="?")
+
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(f"DELETE FROM ledger{where}", params).rowcount
+
+        return await self.writer.call(run)
+
+    async def prune(self, *, delivered_before: float) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM ledger WHERE state = 'delivered' AND updated_at < ?",
+                (delivered_before,),
+            ).rowcount
+
+        return await self.writer.call(run)
