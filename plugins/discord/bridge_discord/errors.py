@@ -1,0 +1,94 @@
+"""Reading discord.py's exceptions as the core's error taxonomy.
+
+Discord answers errors with an HTTP status and a JSON body carrying a numeric ``code``; the code is
+the more precise of the two, so it is read first and the status is the fallback::
+
+    discord.RateLimited, 429 (Cloudflare) -> RateLimited(retry_after)
+    10003 Unknown Channel, 10015 Unknown Webhook, 401 -> Unreachable
+    10008 Unknown Message, 30046 too many edits to an old message -> NotFound
+    50001 Missing Access, 50013 Missing Permissions, 50083 archived thread, 403 -> Forbidden
+    50035 Invalid Form Body, other 4xx -> Unreachable (resending the same body cannot help)
+    5xx, network errors, timeouts -> TransportError
+
+30046 reads as ``NotFound`` on purpose: a live message that can no longer be edited is best
+replaced by a new one, which is what the notifier and the ledger do with ``NotFound``.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import discord
+
+from bridge_core import (
+    Forbidden,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+
+__all__ = ["CODE_TABLE", "map_discord_error"]
+
+CODE_TABLE: dict[int, tuple[type[ProviderError], str]] = {
+    10003: (Unreachable, "Unknown Channel: the channel was deleted or the id is wrong"),
+    10008: (NotFound, "Unknown Message: the message was deleted"),
+    10015: (Unreachable, "Unknown Webhook"),
+    30046: (NotFound, "too many edits to a message older than an hour; post a new one"),
+    50001: (Forbidden, "Missing Access: the bot cannot see the channel"),
+    50013: (Forbidden, "Missing Permissions: the bot may not send in the channel"),
+    50035: (Unreachable, "Invalid Form Body: Discord rejected the message as sent"),
+    50083: (Forbidden, "the thread is archived"),
+}
+
+
+def _retry_after_header(error: discord.HTTPException) -> float | None:
+    headers = getattr(error.response, "headers", None)
+    if headers is None:
+        return None
+    raw = headers.get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
+    """The core error for a discord.py (or aiohttp) exception raised while doing ``where``.
+
+    ``where`` names the call and its target (``"post to channel 123"``); messages never include
+    the request headers, so the bot token cannot leak through them.
+    """
+    if isinstance(error, discord.RateLimited):
+        return RateLimited(
+            f"Discord rate limited {where} for {error.retry_after:.2f} s",
+            retry_after=error.retry_after,
+        )
+    if isinstance(error, discord.LoginFailure):
+        return Unreachable(f"Discord refused the bot token during {where}: check the token setting")
+    if isinstance(error, discord.HTTPException):
+        status, code = error.status, error.code
+        detail = f"HTTP {status}, code {code}"
+        if status == 429:
+            # A 429 discord.py did not absorb: a Cloudflare block or a body it could not read.
+            return RateLimited(
+                f"Discord refused {where} with 429 ({detail}); back off",
+                retry_after=_retry_after_header(error),
+            )
+        if code in CODE_TABLE:
+            kind, meaning = CODE_TABLE[code]
+            return kind(f"Discord refused {where}: {meaning} ({detail})")
+        if status == 401:
+            return Unreachable(f"Discord refused {where}: bad bot token ({detail})")
+        if status == 403:
+            return Forbidden(f"Discord refused {where}: forbidden ({detail})")
+        if status == 404:
+            return NotFound(f"Discord refused {where}: not found ({detail})")
+        if status >= 500:
+            return TransportError(f"Discord failed {where} with a server error ({detail})")
+        return Unreachable(f"Discord refused {where} ({detail}); resending will not help")
+    if isinstance(error, TimeoutError):
+        return TransportError(f"Discord did not answer {where} in time")
+    if isinstance(error, (OSError, aiohttp.ClientError, discord.GatewayNotFound)):
+        return TransportError(f"network failure during {where}: {type(error).__name__}")
+    return TransportError(f"unexpected failure during {where}: {type(error).__name__}")

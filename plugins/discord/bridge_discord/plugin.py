@@ -1,0 +1,32 @@
+"""The entry point bridge-core loads (group ``bridge_core``, name ``discord``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bridge_core import DISCORD_BUDGET
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_discord.provider import CAPABILITIES, DiscordProvider, DiscordSettings
+
+__all__ = ["create_provider", "provider_type", "register_providers"]
+
+
+def create_provider(settings: DiscordSettings, context: ProviderContext) -> DiscordProvider:
+    """Build one Discord provider instance for a bot profile."""
+    return DiscordProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
+
+
+def provider_type() -> ProviderType:
+    return ProviderType(
+        name="discord",
+        capabilities=CAPABILITIES,
+        budget=DISCORD_BUDGET,
+        settings_model=DiscordSettings,
+        factory=create_provider,
+        description="Discord via discord.py: REST sends with idempotent creates, gateway inbound.",
+    )
+
+
+@hookimpl
+def register_providers(register: Callable[[ProviderType], None]) -> None:
+    register(provider_type())

@@ -1,0 +1,276 @@
+"""The Discord provider: REST sends through discord.py, inbound through its gateway.
+
+Sends never hide a resend from the ledger: every create carries a fresh ``nonce`` with
+``enforce_nonce`` (discord.py sets it with the nonce), so discord.py's own resends after a 5xx
+return the first message instead of posting a second one. discord.py sleeps through short 429s
+itself; each call runs under our own deadline (``call_deadline``), and a call cut off while
+discord.py waits on a 429 surfaces as ``RateLimited`` with the platform's retry-after, so the
+core's sender, not the SDK, decides what waits.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import discord
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from bridge_core import (
+    Capabilities,
+    ChatProvider,
+    ConnectionLost,
+    Forbidden,
+    InboundSink,
+    LengthUnit,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.text import measure, neutralise_mass_mentions
+from bridge_discord.client import DEFAULT_API_BASE, BridgeClient, CallTrace, current_call
+from bridge_discord.errors import map_discord_error
+from bridge_discord.inbound import inbound_from_message
+
+__all__ = ["CAPABILITIES", "MAX_LENGTH", "DiscordProvider", "DiscordSettings"]
+
+T = TypeVar("T")
+
+MAX_LENGTH = 2000
+# Discord documents 2,000 "characters" without saying which; UTF-16 code units are never fewer
+# than code points, so measuring in them can only err on the safe side (ADR 0045).
+CAPABILITIES = Capabilities(
+    edit=True,
+    max_length=MAX_LENGTH,
+    length_unit=LengthUnit.UTF16,
+    threads=True,
+    inbound=True,
+    probe=True,
+)
+
+_SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
+
+# discord.py refuses anything shorter; our own deadline is what actually bounds a call.
+_SDK_MIN_RATELIMIT_TIMEOUT = 30.0
+
+
+class DiscordSettings(BaseModel):
+    """A Discord bot profile's ``settings`` table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: SecretStr = Field(description="The bot token (put it in config as an env reference).")
+    api_base_url: str = Field(
+        DEFAULT_API_BASE, description="REST API base, for proxies and tests; versioned path."
+    )
+    gateway_url: str | None = Field(
+        None,
+        description="Gateway websocket URL; None uses discord.py's (wss://gateway.discord.gg).",
+    )
+    call_deadline: float = Field(
+        15.0,
+        gt=0,
+        le=120,
+        description="Longest one post or edit may take, including discord.py's absorbed waits.",
+    )
+    inbound: bool = Field(False, description="Connect to the gateway and deliver user messages.")
+    message_content_intent: bool = Field(
+        True, description="Ask for the privileged message-content intent when inbound is on."
+    )
+
+
+class DiscordProvider(ChatProvider):
+    """One Discord bot profile. Logs in lazily on first use; ``aclose`` releases the session."""
+
+    name = "discord"
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self, settings: DiscordSettings, *, profile: str, api_base_url: str | None = None
+    ) -> None:
+        self._settings = settings
+        self._profile = profile
+        self._base_url = (api_base_url or settings.api_base_url).rstrip("/")
+        self._client: BridgeClient | None = None
+        self._lock = anyio.Lock()
+
+    def __repr__(self) -> str:
+        return f"DiscordProvider(profile={self._profile!r}, api_base_url={self._base_url!r})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _intents(self) -> discord.Intents:
+        if not self._settings.inbound:
+            return discord.Intents.none()
+        intents = discord.Intents.none()
+        intents.guilds = True
+        intents.guild_messages = True
+        intents.dm_messages = True
+        intents.message_content = self._settings.message_content_intent
+        return intents
+
+    async def _ready_client(self) -> BridgeClient:
+        async with self._lock:
+            if self._client is not None and not self._client.is_closed():
+                return self._client
+            client = BridgeClient(
+                base_url=self._base_url,
+                gateway_url=self._settings.gateway_url,
+                intents=self._intents(),
+                max_ratelimit_timeout=_SDK_MIN_RATELIMIT_TIMEOUT,
+            )
+            try:
+                with anyio.fail_after(self._settings.call_deadline):
+                    await client.login(self._settings.token.get_secret_value())
+            except BaseException as exc:
+                await client.close()
+                if isinstance(exc, Exception):
+                    raise map_discord_error(exc, where="login") from None
+                raise
+            self._client = client
+            return client
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    # ------------------------------------------------------------------ calls
+
+    async def _call(self, where: str, action: Callable[[BridgeClient], Awaitable[T]]) -> T:
+        client = await self._ready_client()
+        trace = CallTrace()
+        token = current_call.set(trace)
+        try:
+            with anyio.fail_after(self._settings.call_deadline):
+                return await action(client)
+        except TimeoutError:
+            if 429 in trace.statuses:
+                raise RateLimited(
+                    f"Discord kept rate limiting {where} past the "
+                    f"{self._settings.call_deadline:g} s deadline",
+                    retry_after=trace.retry_after,
+                ) from None
+            raise TransportError(
+                f"Discord did not complete {where} within {self._settings.call_deadline:g} s "
+                f"(responses seen: {trace.statuses or 'none'})"
+            ) from None
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise map_discord_error(exc, where=where) from None
+        finally:
+            current_call.reset(token)
+
+    @staticmethod
+    def _snowflake(value: str, what: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = -1
+        if number <= 0:
+            raise Unreachable(f"{what} {value!r} is not a Discord id (a positive integer)")
+        return number
+
+    def _check_length(self, text: str) -> None:
+        size = measure(text, CAPABILITIES.length_unit)
+        if size > MAX_LENGTH:
+            raise Unreachable(
+                f"text is {size} UTF-16 units, over Discord's {MAX_LENGTH}: "
+                "chunk it with bridge_core.text.prepare before posting"
+            )
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        target = self._snowflake(thread or channel, "thread" if thread else "channel")
+        self._check_length(text)
+        where = f"post to {'thread' if thread else 'channel'} {target}"
+        # A fresh nonce per call: Discord returns the first message for a repeated nonce, which
+        # makes discord.py's internal 5xx resends of this request safe.
+        nonce = secrets.token_hex(12)
+
+        async def send(client: BridgeClient) -> discord.Message:
+            messageable = client.get_partial_messageable(target)
+            return await messageable.send(
+                text, nonce=nonce, allowed_mentions=discord.AllowedMentions.none()
+            )
+
+        try:
+            message = await self._call(where, send)
+        except NotFound as exc:
+            # A post has no message to lose: a 404 here means the channel itself is gone.
+            raise Unreachable(str(exc)) from None
+        return MessageRef(channel=channel, message_id=str(message.id), thread=thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        target = self._snowflake(ref.thread or ref.channel, "channel")
+        message_id = self._snowflake(ref.message_id, "message")
+        self._check_length(text)
+        where = f"edit of message {message_id} in channel {target}"
+
+        async def update(client: BridgeClient) -> Any:
+            partial = client.get_partial_messageable(target).get_partial_message(message_id)
+            return await partial.edit(content=text, allowed_mentions=discord.AllowedMentions.none())
+
+        await self._call(where, update)
+        return ref
+
+    async def probe(self, channel: str) -> bool | None:
+        """Whether the bot can see ``channel`` (GET /channels/{id}). Seeing is not always
+        sending (a read-only channel answers True); the sender's re-check send covers that."""
+        target = self._snowflake(channel, "channel")
+
+        async def look(client: BridgeClient) -> Any:
+            return await client.http.get_channel(target)
+
+        try:
+            await self._call(f"probe of channel {target}", look)
+        except (Forbidden, NotFound, Unreachable):
+            return False
+        return True
+
+    def escape(self, text: str) -> str:
+        # allowed_mentions=none already stops every ping; breaking @everyone/@here as well keeps
+        # the text harmless if it is ever copied or sent without that guard.
+        text = neutralise_mass_mentions(text)
+        # Slack's <!everyone> means nothing on Discord, but agent text may be relayed onwards.
+        return _SLACK_MASS.sub("<\u200b!", text)
+
+    # ------------------------------------------------------------------ inbound
+
+    async def receive(self, sink: InboundSink) -> None:
+        """Deliver user messages from the gateway until cancelled; raise ``ConnectionLost`` when
+        the gateway drops (the core's watcher builds a new provider) or ``Unreachable`` when it
+        can never work (bad token, privileged intent not enabled)."""
+        if not self._settings.inbound:
+            return
+        client = await self._ready_client()
+        own_id = client.user.id if client.user is not None else None
+
+        async def handle(message: discord.Message) -> None:
+            inbound = inbound_from_message(message, profile=self._profile, own_user_id=own_id)
+            if inbound is not None:
+                await sink(inbound)
+
+        client.message_handler = handle
+        try:
+            await client.connect(reconnect=False)
+        except discord.PrivilegedIntentsRequired:
+            raise Unreachable(
+                "Discord refused the message-content intent: enable it for the bot in the "
+                "developer portal, or set message_content_intent = false"
+            ) from None
+        except discord.LoginFailure:
+            raise Unreachable("Discord refused the bot token on the gateway") from None
+        except Exception as exc:
+            raise ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}") from None
+        finally:
+            client.message_handler = None
+            await self.aclose()
+        raise ConnectionLost("Discord gateway closed the connection")
