@@ -1,0 +1,363 @@
+"""The conformance suite every provider plugin runs: a base class its tests subclass.
+
+A provider's test module subclasses ``ProviderConformance`` and supplies one fixture,
+``harness``, returning a ``ConformanceHarness``: the ``ProviderType`` under test, settings that
+point it at a running fake platform, a channel the fake accepts, the secrets that must never
+leak, and a hook that scripts each ``Fault`` on the fake::
+
+    from bridge_core.testing.conformance import ConformanceHarness, Fault, ProviderConformance
+
+    class TestSlackConformance(ProviderConformance):
+        @pytest.fixture
+        def harness(self, fake_slack):
+            def script_fault(fault, operation):
+                ...  # fake_slack.script("chat.postMessage", FakeSlack.rate_limited(30))
+                return 30.0 if fault is Fault.RATE_LIMITED else None
+            return ConformanceHarness(provider_type=..., settings={...}, channel="C0GENERAL",
+                                      secrets=(token,), script_fault=script_fault,
+                                      delivered=fake_slack.texts, request_count=fake_slack.count)
+
+The contract it checks (the core relies on each point):
+
+- the type declares its name, capabilities, budget and settings model without connecting;
+- ``post`` returns a ``MessageRef`` that ``edit`` accepts, and an edit is in place;
+- without edit support, ``edit`` is refused with a ``ProviderError`` that says so, sending nothing;
+- ``post`` sends text as given (the core escapes and chunks with ``bridge_core.text.prepare``);
+  every chunk at the declared maximum is accepted whole, and a text over it is refused with a
+  ``ProviderError`` rather than truncated or split behind the core's back;
+- each scripted platform fault maps onto the core taxonomy (``Fault.expected``); rate limits are
+  surfaced with their ``retry_after`` at once, never slept on; a fault never poisons the provider;
+- secrets never appear in reprs, error messages, tracebacks or log records;
+- ``escape`` leaves agent text unable to ping everyone.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pluggy
+import pytest
+from pydantic import BaseModel
+
+from bridge_core import hookspecs
+from bridge_core.hookspecs import ProviderContext, ProviderType
+from bridge_core.provider import (
+    Capabilities,
+    ChatProvider,
+    Forbidden,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    SendBudget,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.text import measure, prepare
+
+__all__ = [
+    "MASS_PINGS",
+    "ConformanceHarness",
+    "Fault",
+    "Operation",
+    "ProviderConformance",
+]
+
+Operation = Literal["post", "edit"]
+
+
+class Fault(enum.Enum):
+    """A platform failure the fake can script, and the core error it must become."""
+
+    RATE_LIMITED = "rate_limited"  # the platform's 429 with its retry-after
+    NOT_FOUND = "not_found"  # the edit target is gone (scripted on edit only)
+    FORBIDDEN = "forbidden"  # the bot lost access to the channel
+    UNREACHABLE = "unreachable"  # permanent: channel deleted, credentials revoked
+    SERVER_ERROR = "server_error"  # a 5xx
+    DROPPED = "dropped"  # the connection closed with no response
+    SLOW = "slow"  # no answer within the provider's timeout (harness sets a short one)
+
+    @property
+    def expected(self) -> type[ProviderError]:
+        return _EXPECTED[self]
+
+
+_EXPECTED: dict[Fault, type[ProviderError]] = {
+    Fault.RATE_LIMITED: RateLimited,
+    Fault.NOT_FOUND: NotFound,
+    Fault.FORBIDDEN: Forbidden,
+    Fault.UNREACHABLE: Unreachable,
+    Fault.SERVER_ERROR: TransportError,
+    Fault.DROPPED: TransportError,
+    Fault.SLOW: TransportError,
+}
+
+# Agent text that would ping a whole channel somewhere if sent raw.
+MASS_PINGS: tuple[str, ...] = (
+    "@everyone",
+    "@here",
+    "@channel",
+    "@Everyone",
+    "<!everyone>",
+    "<!here>",
+    "<!channel>",
+    "<!here|here>",
+)
+_MASS_PATTERN = re.compile(r"@(everyone|here|channel)\b|<!(everyone|here|channel)", re.IGNORECASE)
+
+ScriptFault = Callable[[Fault, Operation], "float | None"]
+"""Script the fake so the provider's next ``operation`` fails with ``fault``; return the
+retry-after (seconds) the platform announced for ``RATE_LIMITED``, else ``None``."""
+
+
+@dataclass(slots=True)
+class ConformanceHarness:
+    """How the suite builds and observes one provider against its fake platform.
+
+    ``delivered(channel)`` returns the current texts of the bot's messages in a channel (after
+    edits) as the platform stored them; ``request_count()`` counts requests the fake received.
+    Both are optional (the console provider has no platform), and so is ``script_fault``: faults
+    not in ``faults`` are skipped. ``extra_pings`` are platform-specific forms (``<@U123>``) that
+    ``escape`` must change. ``plugin`` is the module with the ``register_providers`` hookimpl.
+    """
+
+    provider_type: ProviderType
+    settings: Mapping[str, Any]
+    channel: str
+    context: ProviderContext = field(default_factory=lambda: ProviderContext(profile="conformance"))
+    secrets: Sequence[str] = ()
+    script_fault: ScriptFault | None = None
+    faults: frozenset[Fault] = frozenset(Fault)
+    delivered: Callable[[str], list[str]] | None = None
+    request_count: Callable[[], int] | None = None
+    thread_for: Callable[[MessageRef], str] = lambda ref: ref.message_id
+    extra_pings: Sequence[str] = ()
+    plugin: object | None = None
+
+    def build(self) -> ChatProvider:
+        """Validate the settings with the type's model and call its factory."""
+        model = self.provider_type.settings_model.model_validate(dict(self.settings))
+        return self.provider_type.factory(model, self.context)
+
+
+def _long_text(minimum: int, unit: Any) -> str:
+    line = "lorem ipsum dolor sit amet, consectetur 😀 adipiscing élit & <tag> sed do\n"
+    text = line
+    while measure(text, unit) < minimum:
+        text += line
+    return text
+
+
+def _everything_said(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error)) + repr(error)
+
+
+class ProviderConformance:
+    """The suite. Subclass it as ``Test<Platform>Conformance`` and provide ``harness``.
+
+    Tests run on asyncio (the platform SDKs need it); override ``anyio_backend`` to change that.
+    """
+
+    pytestmark = pytest.mark.anyio
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"
+
+    @pytest.fixture
+    def harness(self) -> ConformanceHarness:
+        raise NotImplementedError(
+            f"{type(self).__name__} must define a `harness` fixture returning ConformanceHarness"
+        )
+
+    # ----------------------------------------------------------------- declaration
+
+    def test_declares_without_connecting(self, harness: ConformanceHarness) -> None:
+        before = harness.request_count() if harness.request_count else 0
+        kind = harness.provider_type
+        assert re.fullmatch(r"[a-z][a-z0-9_-]*", kind.name), f"bad provider name {kind.name!r}"
+        assert isinstance(kind.capabilities, Capabilities)
+        assert kind.capabilities.max_length >= 1
+        assert isinstance(kind.budget, SendBudget)
+        assert issubclass(kind.settings_model, BaseModel)
+        provider = harness.build()
+        assert provider.name == kind.name
+        assert provider.capabilities == kind.capabilities
+        after = harness.request_count() if harness.request_count else 0
+        assert after == before, "building the provider must not contact the platform"
+
+    def test_registers_through_the_hook(self, harness: ConformanceHarness) -> None:
+        if harness.plugin is None:
+            pytest.skip("harness.plugin not given")
+        manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        manager.add_hookspecs(hookspecs)
+        manager.register(harness.plugin)
+        manager.check_pending()
+        registered: list[ProviderType] = []
+        manager.hook.register_providers(register=registered.append)
+        names = [kind.name for kind in registered]
+        assert harness.provider_type.name in names
+
+    # ----------------------------------------------------------------- post and edit
+
+    async def test_post_returns_a_ref_that_edit_accepts(self, harness: ConformanceHarness) -> None:
+        async with harness.build() as provider:
+            ref = await provider.post(harness.channel, "first version")
+            assert isinstance(ref, MessageRef)
+            assert ref.message_id
+            if not provider.capabilities.edit:
+                return
+            edited = await provider.edit(ref, "second version")
+            assert isinstance(edited, MessageRef)
+            assert (edited.channel, edited.message_id) == (ref.channel, ref.message_id)
+            if harness.delivered is not None:
+                texts = harness.delivered(harness.channel)
+                assert "second version" in texts
+                assert "first version" not in texts, "an edit must change the message in place"
+
+    async def test_edit_without_support_is_refused(self, harness: ConformanceHarness) -> None:
+        async with harness.build() as provider:
+            if provider.capabilities.edit:
+                pytest.skip("the provider supports edits")
+            ref = await provider.post(harness.channel, "cannot be edited")
+            before = harness.request_count() if harness.request_count else 0
+            with pytest.raises(ProviderError, match="edit"):
+                await provider.edit(ref, "edited")
+            after = harness.request_count() if harness.request_count else 0
+            assert after == before, "a refused edit must not reach the platform"
+
+    async def test_post_in_a_thread(self, harness: ConformanceHarness) -> None:
+        async with harness.build() as provider:
+            if not provider.capabilities.threads:
+                pytest.skip("the provider declares no threads")
+            root = await provider.post(harness.channel, "thread root")
+            thread = harness.thread_for(root)
+            reply = await provider.post(harness.channel, "thread reply", thread=thread)
+            assert isinstance(reply, MessageRef)
+            assert reply.thread == thread
+
+    # ----------------------------------------------------------------- length
+
+    async def test_chunks_at_the_declared_maximum_are_accepted(
+        self, harness: ConformanceHarness
+    ) -> None:
+        async with harness.build() as provider:
+            caps = provider.capabilities
+            text = _long_text(min(2 * caps.max_length + 17, 200_000), caps.length_unit)
+            pieces = prepare(
+                text, escape=provider.escape, max_length=caps.max_length, unit=caps.length_unit
+            )
+            assert len(pieces) >= 2 or measure(text, caps.length_unit) <= caps.max_length
+            exact = "a" * caps.max_length
+            for piece in [*pieces, exact]:
+                assert measure(piece, caps.length_unit) <= caps.max_length
+                await provider.post(harness.channel, piece)
+            if harness.delivered is not None:
+                delivered = harness.delivered(harness.channel)
+                assert delivered[-len(pieces) - 1 :] == [*pieces, exact], (
+                    "every chunk must arrive whole and unaltered (post must not escape again)"
+                )
+
+    async def test_over_long_text_is_refused(self, harness: ConformanceHarness) -> None:
+        async with harness.build() as provider:
+            caps = provider.capabilities
+            over = "a" * (caps.max_length + 1)
+            with pytest.raises(ProviderError):
+                await provider.post(harness.channel, over)
+            if harness.delivered is not None:
+                assert over not in harness.delivered(harness.channel)
+                assert all(
+                    measure(t, caps.length_unit) <= caps.max_length
+                    for t in harness.delivered(harness.channel)
+                )
+
+    # ----------------------------------------------------------------- faults
+
+    @pytest.mark.parametrize("operation", ["post", "edit"])
+    @pytest.mark.parametrize("fault", list(Fault), ids=lambda f: f.value)
+    async def test_fault_maps_onto_the_taxonomy(
+        self, harness: ConformanceHarness, fault: Fault, operation: Operation
+    ) -> None:
+        if harness.script_fault is None or fault not in harness.faults:
+            pytest.skip(f"the harness does not script {fault.value}")
+        if fault is Fault.NOT_FOUND and operation == "post":
+            pytest.skip("a missing message is an edit fault")
+        async with harness.build() as provider:
+            if operation == "edit" and not provider.capabilities.edit:
+                pytest.skip("the provider does not edit")
+            ref = await provider.post(harness.channel, "before the fault")
+            retry_after = harness.script_fault(fault, operation)
+            started = time.monotonic()
+            with pytest.raises(ProviderError) as caught:
+                if operation == "post":
+                    await provider.post(harness.channel, "during the fault")
+                else:
+                    await provider.edit(ref, "during the fault")
+            elapsed = time.monotonic() - started
+            error = caught.value
+            assert isinstance(error, fault.expected), (
+                f"{fault.value} on {operation} raised {error!r}, expected {fault.expected.__name__}"
+            )
+            if fault is Fault.RATE_LIMITED:
+                assert isinstance(error, RateLimited)
+                assert error.retry_after == retry_after
+                assert retry_after is None or elapsed < retry_after / 2, (
+                    f"the provider slept {elapsed:.1f} s on a rate limit instead of surfacing it"
+                )
+            # A fault must not poison the provider (a broken pooled connection, a stuck flag).
+            await provider.post(harness.channel, "after the fault")
+
+    # ----------------------------------------------------------------- secrets and escaping
+
+    async def test_secrets_never_leak(
+        self, harness: ConformanceHarness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        secrets = [s for s in harness.secrets if s]
+        if not secrets:
+            pytest.skip("the harness names no secrets")
+        caplog.set_level(logging.DEBUG)
+        said: list[str] = []
+        provider = harness.build()
+        said += [repr(provider), str(provider), repr(harness.context)]
+        model = harness.provider_type.settings_model.model_validate(dict(harness.settings))
+        said += [repr(model), str(model)]
+        async with provider:
+            ref = await provider.post(harness.channel, "hello")
+            if provider.capabilities.edit:
+                await provider.edit(ref, "hello again")
+            for fault in (Fault.UNREACHABLE, Fault.RATE_LIMITED, Fault.SERVER_ERROR):
+                if harness.script_fault is None or fault not in harness.faults:
+                    continue
+                harness.script_fault(fault, "post")
+                with pytest.raises(ProviderError) as caught:
+                    await provider.post(harness.channel, "failing")
+                said.append(_everything_said(caught.value))
+        formatter = logging.Formatter()
+        for record in caplog.records:
+            said.append(record.getMessage())
+            if record.exc_info:
+                said.append(formatter.formatException(record.exc_info))
+        for secret in secrets:
+            for text in said:
+                assert secret not in text, f"a secret leaked into: {text[:300]!r}"
+
+    def test_escape_prevents_mass_pings(self, harness: ConformanceHarness) -> None:
+        provider = harness.build()
+        for ping in (*MASS_PINGS, *harness.extra_pings):
+            escaped = provider.escape(f"hey {ping} look")
+            assert not _MASS_PATTERN.search(escaped), f"{ping!r} survived escape: {escaped!r}"
+            assert ping not in escaped, f"{ping!r} survived escape: {escaped!r}"
+        assert provider.escape("plain words 123") == "plain words 123"
+
+    async def test_aclose_twice_is_harmless(self, harness: ConformanceHarness) -> None:
+        provider = harness.build()
+        await provider.post(harness.channel, "then close")
+        await provider.aclose()
+        await provider.aclose()

@@ -1,0 +1,421 @@
+"""A fake Slack Web API (and an Events API client) for testing the Slack provider end to end.
+
+Serves ``/api/auth.test``, ``/api/chat.postMessage``, ``/api/chat.update`` and
+``/api/conversations.info`` the way Slack does: the token in ``Authorization: Bearer`` (or a
+``token`` form field), parameters from the query string and a form or JSON body, HTTP 200 with
+``{"ok": false, "error": "<code>"}`` for every refusal, and HTTP 429 with ``Retry-After`` and
+``{"ok": false, "error": "ratelimited"}`` for a rate limit. Point slack-sdk at ``fake.api_url``.
+
+State (channels, messages) is kept so a wrong request fails like it would on Slack: posting to
+an unknown channel answers ``channel_not_found``, to a channel the bot is not in
+``not_in_channel``, editing an unknown ``ts`` ``message_not_found``, editing someone else's
+message ``cant_update_message``, text over 40,000 characters ``msg_too_long``.
+
+For inbound tests, ``signed_headers`` signs an Events API body with a signing secret exactly as
+Slack does (``v0:{timestamp}:{body}``, HMAC-SHA256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json as jsonlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
+
+__all__ = [
+    "SLACK_MAX_TEXT",
+    "FakeSlack",
+    "FakeSlackChannel",
+    "FakeSlackMessage",
+    "event_callback",
+    "message_event",
+    "signed_headers",
+]
+
+SLACK_MAX_TEXT = 40_000  # chat.postMessage answers msg_too_long above this
+
+
+@dataclass(slots=True)
+class FakeSlackChannel:
+    id: str
+    name: str
+    member: bool = True
+    archived: bool = False
+    private: bool = False
+
+
+@dataclass(slots=True)
+class FakeSlackMessage:
+    channel: str
+    ts: str
+    text: str
+    user: str
+    thread_ts: str | None = None
+    edits: list[str] = field(default_factory=list)  # earlier texts, oldest first
+    params: dict[str, Any] = field(default_factory=dict)  # everything the poster sent
+
+
+class FakeSlack(FakePlatform):
+    """A fake Slack workspace with one bot token, served over local HTTP.
+
+    ``channels`` are created member and unarchived by default; ``add_channel`` adds more.
+    """
+
+    name = "slack"
+
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-fake-bot-token-0000",
+        bot_user_id: str = "U0BRIDGE",
+        bot_id: str = "B0BRIDGE",
+        team_id: str = "T0FAKE",
+        channels: tuple[str, ...] = ("C0GENERAL",),
+        host: str = "127.0.0.1",
+    ) -> None:
+        super().__init__(host=host)
+        self.token = token
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.team_id = team_id
+        self.channels: dict[str, FakeSlackChannel] = {}
+        self.messages: dict[tuple[str, str], FakeSlackMessage] = {}
+        self._seq = itertools.count(1)
+        self._epoch = int(time.time())
+        for channel in channels:
+            self.add_channel(channel)
+        for method, route in (
+            ("POST", "auth.test"),
+            ("*", "chat.postMessage"),
+            ("*", "chat.update"),
+            ("*", "conversations.info"),
+        ):
+            self.add_route(
+                method, f"/api/{route}", getattr(self, "_" + route.replace(".", "_")), name=route
+            )
+
+    @property
+    def api_url(self) -> str:
+        """The ``base_url`` to give slack-sdk (with its trailing slash)."""
+        return self.base_url + "/api/"
+
+    # ----------------------------------------------------------------- state helpers
+
+    def add_channel(
+        self,
+        channel_id: str,
+        *,
+        name: str | None = None,
+        member: bool = True,
+        archived: bool = False,
+        private: bool = False,
+    ) -> FakeSlackChannel:
+        with self.lock:
+            channel = FakeSlackChannel(
+                channel_id, name or channel_id.lower(), member, archived, private
+            )
+            self.channels[channel_id] = channel
+            return channel
+
+    def add_foreign_message(self, channel: str, text: str, *, user: str = "U0SOMEONE") -> str:
+        """A message someone else wrote (the bot may not edit it); returns its ts."""
+        with self.lock:
+            ts = self._next_ts()
+            self.messages[(channel, ts)] = FakeSlackMessage(channel, ts, text, user)
+            return ts
+
+    def delete_message(self, channel: str, ts: str) -> None:
+        with self.lock:
+            del self.messages[(channel, ts)]
+
+    def texts(self, channel: str | None = None) -> list[str]:
+        """Current texts of the bot's messages, in posting order."""
+        with self.lock:
+            return [
+                m.text
+                for m in self.messages.values()
+                if m.user == self.bot_user_id and (channel is None or m.channel == channel)
+            ]
+
+    def message(self, channel: str, ts: str) -> FakeSlackMessage:
+        with self.lock:
+            return self.messages[(channel, ts)]
+
+    # ----------------------------------------------------------------- canned faults
+
+    @staticmethod
+    def rate_limited(retry_after: int = 30) -> Reply:
+        """Slack's rate-limit answer: HTTP 429, ``Retry-After`` in whole seconds."""
+        return Reply.json(
+            {"ok": False, "error": "ratelimited"},
+            status=429,
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    @staticmethod
+    def error(code: str, *, status: int = 200) -> Reply:
+        """A refusal as Slack sends it: ``{"ok": false, "error": code}``, HTTP 200 by default."""
+        return Reply.json({"ok": False, "error": code}, status=status)
+
+    @staticmethod
+    def server_error(status: int = 503) -> Reply:
+        """What Slack's edge answers when it is down: an HTML page, not JSON."""
+        return Reply.text(
+            "<html><body><h1>Slack is having trouble</h1></body></html>",
+            status=status,
+            content_type="text/html",
+        )
+
+    def unmatched(self, request: RecordedRequest) -> Reply:
+        return Reply.json({"ok": False, "error": "unknown_method"}, status=404)
+
+    # ----------------------------------------------------------------- validation
+
+    def _next_ts(self) -> str:
+        return f"{self._epoch}.{next(self._seq):06d}"
+
+    def _params(self, request: RecordedRequest) -> dict[str, Any] | Reply:
+        params: dict[str, Any] = dict(request.query)
+        if request.body:
+            if request.content_type == "application/json":
+                try:
+                    body = request.json
+                except ValueError:
+                    return self.error("invalid_json")
+                if not isinstance(body, dict):
+                    return self.error("invalid_json")
+                params.update(body)
+            elif request.content_type == "application/x-www-form-urlencoded":
+                try:
+                    params.update(request.form)
+                except UnicodeDecodeError:
+                    return self.error("invalid_form_data")
+            else:
+                return self.error("invalid_form_data")
+        return params
+
+    def _authorise(self, request: RecordedRequest, params: dict[str, Any]) -> Reply | None:
+        header = request.header("Authorization")
+        if header is not None:
+            scheme, _, token = header.partition(" ")
+            if scheme != "Bearer" or not token:
+                return self.error("invalid_auth")
+        else:
+            if request.content_type == "application/json":
+                # Slack never reads a token from a JSON body: it must come in the header.
+                return self.error("not_authed")
+            token = str(params.get("token", ""))
+            if not token:
+                return self.error("not_authed")
+        if not hmac.compare_digest(token, self.token):
+            return self.error("invalid_auth")
+        return None
+
+    def _prepare(self, request: RecordedRequest) -> dict[str, Any] | Reply:
+        params = self._params(request)
+        if isinstance(params, Reply):
+            return params
+        refused = self._authorise(request, params)
+        return refused if refused is not None else params
+
+    @staticmethod
+    def _ok(data: Mapping[str, Any]) -> Reply:
+        return Reply.json({"ok": True, **data})
+
+    def _writable(self, channel_id: Any) -> FakeSlackChannel | Reply:
+        if not isinstance(channel_id, str) or not channel_id:
+            return self.error("channel_not_found")
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            return self.error("channel_not_found")
+        if channel.archived:
+            return self.error("is_archived")
+        if not channel.member:
+            return self.error("not_in_channel")
+        return channel
+
+    @staticmethod
+    def _text(params: Mapping[str, Any]) -> str | Reply:
+        text = params.get("text")
+        if text is None and not params.get("blocks") and not params.get("attachments"):
+            return FakeSlack.error("no_text")
+        if text is not None and not isinstance(text, str):
+            return FakeSlack.error("invalid_arguments")
+        text = text or ""
+        if len(text) > SLACK_MAX_TEXT:
+            return FakeSlack.error("msg_too_long")
+        return text
+
+    # ----------------------------------------------------------------- methods
+
+    def _auth_test(self, request: RecordedRequest) -> Reply:
+        with self.lock:
+            params = self._prepare(request)
+            if isinstance(params, Reply):
+                return params
+            return self._ok(
+                {
+                    "url": "https://fake.slack.com/",
+                    "team": "Fake Workspace",
+                    "user": "bridge",
+                    "team_id": self.team_id,
+                    "user_id": self.bot_user_id,
+                    "bot_id": self.bot_id,
+                    "is_enterprise_install": False,
+                }
+            )
+
+    def _chat_postMessage(self, request: RecordedRequest) -> Reply:
+        with self.lock:
+            params = self._prepare(request)
+            if isinstance(params, Reply):
+                return params
+            channel = self._writable(params.get("channel"))
+            if isinstance(channel, Reply):
+                return channel
+            text = self._text(params)
+            if isinstance(text, Reply):
+                return text
+            thread_ts = params.get("thread_ts")
+            if thread_ts is not None and not isinstance(thread_ts, str):
+                return self.error("invalid_thread_ts")
+            ts = self._next_ts()
+            self.messages[(channel.id, ts)] = FakeSlackMessage(
+                channel.id, ts, text, self.bot_user_id, thread_ts or None, params=dict(params)
+            )
+            message: dict[str, Any] = {
+                "type": "message",
+                "text": text,
+                "user": self.bot_user_id,
+                "bot_id": self.bot_id,
+                "ts": ts,
+            }
+            if thread_ts:
+                message["thread_ts"] = thread_ts
+            return self._ok({"channel": channel.id, "ts": ts, "message": message})
+
+    def _chat_update(self, request: RecordedRequest) -> Reply:
+        with self.lock:
+            params = self._prepare(request)
+            if isinstance(params, Reply):
+                return params
+            channel = self._writable(params.get("channel"))
+            if isinstance(channel, Reply):
+                return channel
+            ts = params.get("ts")
+            if not isinstance(ts, str) or not ts:
+                return self.error("message_not_found")
+            message = self.messages.get((channel.id, ts))
+            if message is None:
+                return self.error("message_not_found")
+            if message.user != self.bot_user_id:
+                return self.error("cant_update_message")
+            text = self._text(params)
+            if isinstance(text, Reply):
+                return text
+            message.edits.append(message.text)
+            message.text = text
+            return self._ok(
+                {"channel": channel.id, "ts": ts, "text": text, "message": {"text": text}}
+            )
+
+    def _conversations_info(self, request: RecordedRequest) -> Reply:
+        with self.lock:
+            params = self._prepare(request)
+            if isinstance(params, Reply):
+                return params
+            channel = self.channels.get(str(params.get("channel", "")))
+            if channel is None:
+                return self.error("channel_not_found")
+            return self._ok(
+                {
+                    "channel": {
+                        "id": channel.id,
+                        "name": channel.name,
+                        "is_channel": not channel.private,
+                        "is_private": channel.private,
+                        "is_archived": channel.archived,
+                        "is_member": channel.member,
+                    }
+                }
+            )
+
+
+# --------------------------------------------------------------------------- Events API
+
+
+def signed_headers(
+    signing_secret: str,
+    body: bytes,
+    *,
+    timestamp: float | None = None,
+    retry_num: int | None = None,
+    retry_reason: str = "http_timeout",
+) -> dict[str, str]:
+    """The headers Slack sends with an Events API request: ``X-Slack-Request-Timestamp`` and
+    ``X-Slack-Signature`` (``v0=`` HMAC-SHA256 of ``v0:{timestamp}:{body}``), and on a retry
+    ``X-Slack-Retry-Num`` and ``X-Slack-Retry-Reason``."""
+    stamp = str(int(time.time() if timestamp is None else timestamp))
+    base = b"v0:" + stamp.encode() + b":" + body
+    digest = hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/json",
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": f"v0={digest}",
+    }
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = retry_reason
+    return headers
+
+
+def message_event(
+    *,
+    channel: str,
+    text: str,
+    user: str = "U0PERSON",
+    ts: str = "1700000000.000100",
+    thread_ts: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A ``message`` event as Slack puts it in ``event_callback.event``."""
+    event: dict[str, Any] = {
+        "type": "message",
+        "channel": channel,
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "event_ts": ts,
+        "channel_type": "channel",
+    }
+    if thread_ts is not None:
+        event["thread_ts"] = thread_ts
+    event.update(extra)
+    return event
+
+
+def event_callback(
+    event: Mapping[str, Any],
+    *,
+    event_id: str = "Ev0000000001",
+    team_id: str = "T0FAKE",
+    api_app_id: str = "A0BRIDGE",
+    event_time: int | None = None,
+) -> bytes:
+    """The JSON body of an Events API ``event_callback`` request."""
+    payload = {
+        "token": "deprecated-verification-token",
+        "team_id": team_id,
+        "api_app_id": api_app_id,
+        "event": dict(event),
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()) if event_time is None else event_time,
+    }
+    return jsonlib.dumps(payload).encode("utf-8")
