@@ -1,1 +1,87 @@
-"""bridge_core.ownership"""
+"""Agent groups: each conversation of a channel answered by exactly one member (seed ADR-0069).
+
+A channel's **conversation log** (``ConversationLog``) is one totally ordered log of user turns,
+agent frames and membership records; its time (``inserted_at``, ``since``, heartbeats) is the
+log's, never a member's. Backends: ``open_conversation_log(target, channel=...)`` with
+
+- a filesystem path or ``sqlite:///path`` — embedded SQLite (tables ``log_*``, beside the ledger
+  in the same file; one writer with group commits; WAL; members are tasks in one process);
+- ``redis://host:port/db`` — a Redis stream per channel, Lua scripts for admission (with its
+  dedup key), joins, leaves, heartbeats (server ``TIME``) and the reaper; no leader;
+- ``memory://`` — in-process, for tests and ``chatbridge simulate``.
+
+The runtime's calls::
+
+    log = await open_conversation_log("/var/lib/bridge/bridge.db", channel="C123")
+    turn = await log.admit(inbound_message)        # Turn, or None for a duplicate / a bot
+    member = AgentGroupMember(
+        log, member_id="gw-a", settle=1.0, heartbeat=1.0,
+        on_turn=answer,                             # async (turn, history) -> None
+        on_busy=send_busy_notice,                   # async (turn, AgentBusy) -> None
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(member.run)                   # joins, follows, heartbeats, leaves
+        ...
+        member.stop()                               # drain in-flight turns, leave gracefully
+
+    async def answer(turn, history):
+        obligation = obligation_id(profile, turn.channel, turn.message_id)
+        await member.record_frame(turn, obligation)  # or log.record_frame(turn, member_id, ...)
+        ...  # record the ledger row and send (raise AgentBusy when at capacity)
+
+    await log.recent_history(conversation, 20)      # turns and frames, oldest first
+    await log.stats()        # LogStats(members, turns_admitted, turns_answered)
+    member.metrics, member.view.stats               # per-member counters
+
+The decision logic is ``GroupView`` (pure, no I/O) and ``hashing`` (rendezvous over xxh3_64).
+``docs/adr/0030``..``0036`` record the decisions and what a Redis failover can lose.
+
+Exception hierarchy::
+
+    OwnershipError            anything this package raises on purpose
+    ├── LogUnavailable        the backend did not answer (transient)
+    ├── NotAMember            a member acted after its leave (or expiry) record was appended
+    └── AgentBusy             raised by an agent handler at capacity; the member relays a notice
+"""
+
+from bridge_core.ownership.hashing import member_seed, owner_of, score
+from bridge_core.ownership.log import (
+    DEFAULT_SEEN_TTL,
+    AgentBusy,
+    Backlog,
+    ConversationLog,
+    JoinResult,
+    LogStats,
+    LogUnavailable,
+    NotAMember,
+    OwnershipError,
+)
+from bridge_core.ownership.member import AgentGroupMember, BusyHandler, MemberMetrics, TurnHandler
+from bridge_core.ownership.memory_log import MemoryConversationLog, MemoryLogStore
+from bridge_core.ownership.open import open_conversation_log
+from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView, ViewStats
+
+__all__ = [
+    "DEFAULT_MAX_CONVERSATIONS",
+    "DEFAULT_SEEN_TTL",
+    "AgentBusy",
+    "AgentGroupMember",
+    "Backlog",
+    "BusyHandler",
+    "ConversationLog",
+    "GroupView",
+    "JoinResult",
+    "LogStats",
+    "LogUnavailable",
+    "MemberMetrics",
+    "MemoryConversationLog",
+    "MemoryLogStore",
+    "NotAMember",
+    "OwnershipError",
+    "TurnHandler",
+    "ViewStats",
+    "member_seed",
+    "open_conversation_log",
+    "owner_of",
+    "score",
+]

@@ -1,0 +1,294 @@
+"""A member of an agent group: joins a channel's log, follows it, delivers the turns it owns.
+
+``AgentGroupMember.run()`` joins (``since = join time + settle``), rebuilds the pending turns of
+the last ``lookback`` seconds from the log (so turns a crashed gateway admitted but never
+answered are answered), then follows the log with its own cursor, folding every record into a
+``GroupView`` and calling ``on_turn(turn, history)`` for each turn the view says it must
+deliver: turns it owns, turns it takes over at a leave, orphans it adopts at a join.
+
+One conversation's turns are handed to ``on_turn`` one at a time, in log order (the view's
+"answered" rule relies on it); different conversations run concurrently up to
+``max_concurrent``. The handler records its answer with ``log.record_frame`` (or
+``member.record_frame``) before sending it. It may raise ``AgentBusy``: ``on_busy(turn, error)``
+is then called so the runtime sends a short busy notice (never silence).
+
+The member heartbeats every ``heartbeat`` seconds and runs the reaper; a member whose heartbeat
+has not succeeded for ``0.8 * expiry`` stops delivering (the others may be about to take its
+turns over). A member that finds itself expired joins again under a new id, with a new settle
+delay. On ``stop()`` (or cancellation) it stops starting turns, lets in-flight ones finish for
+up to ``drain_timeout``, and appends a graceful leave, so its unanswered turns move at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup
+
+from bridge_core.conversation import Frame, Turn
+from bridge_core.ownership.log import AgentBusy, ConversationLog, NotAMember
+from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView
+
+__all__ = ["AgentGroupMember", "BusyHandler", "MemberMetrics", "TurnHandler"]
+
+logger = logging.getLogger("bridge_core.ownership")
+
+TurnHandler = Callable[[Turn, Sequence[Turn | Frame]], Awaitable[None]]
+"""``on_turn(turn, history)``: answer ``turn``; ``history`` is the conversation's recent turns
+and frames up to and including it."""
+
+BusyHandler = Callable[[Turn, AgentBusy], Awaitable[None]]
+"""``on_busy(turn, error)``: tell the end user the agent is busy (the runtime sends it)."""
+
+
+@dataclass(slots=True)
+class MemberMetrics:
+    delivered: int = 0
+    busy: int = 0
+    handler_errors: int = 0
+    rejoins: int = 0
+    log_errors: int = 0
+
+
+class AgentGroupMember:
+    """One member of a channel's agent group. See the module docstring for the behaviour."""
+
+    def __init__(
+        self,
+        log: ConversationLog,
+        *,
+        member_id: str,
+        on_turn: TurnHandler,
+        on_busy: BusyHandler | None = None,
+        settle: float = 1.0,
+        heartbeat: float = 1.0,
+        expiry: float | None = None,
+        lookback: float = 3600.0,
+        history_limit: int = 20,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        max_concurrent: int = 64,
+        drain_timeout: float = 10.0,
+        follow_wait: float = 1.0,
+        exact_id: bool = False,
+    ) -> None:
+        if settle < 0 or heartbeat <= 0:
+            raise ValueError(
+                f"AgentGroupMember({member_id!r}): settle must be >= 0 and heartbeat > 0, "
+                f"got settle={settle}, heartbeat={heartbeat}"
+            )
+        self.expiry = 3.0 * heartbeat if expiry is None else expiry
+        if self.expiry <= heartbeat:
+            raise ValueError(
+                f"AgentGroupMember({member_id!r}): expiry ({self.expiry} s) must exceed the "
+                f"heartbeat interval ({heartbeat} s), or live members get expired"
+            )
+        self.log = log
+        self.member_id = member_id
+        self.on_turn = on_turn
+        self.on_busy = on_busy
+        self.settle = settle
+        self.heartbeat_interval = heartbeat
+        self.lookback = lookback
+        self.history_limit = history_limit
+        self.max_conversations = max_conversations
+        self.drain_timeout = drain_timeout
+        self.follow_wait = follow_wait
+        self.exact_id = exact_id
+        self.metrics = MemberMetrics()
+        self.view: GroupView | None = None
+        self.current_id: str | None = None
+        self.ready = anyio.Event()
+        self._limiter = anyio.CapacityLimiter(max_concurrent)
+        self._stop = anyio.Event()
+        self._done = anyio.Event()
+        self._queues: dict[str, deque[Turn]] = {}
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._last_beat = 0.0
+        self._expelled = False
+
+    # ------------------------------------------------------------------ public
+
+    def stop(self) -> None:
+        """Ask ``run()`` to finish in-flight turns, leave gracefully and return."""
+        self._stop.set()
+        self._done.set()
+
+    async def record_frame(self, turn: Turn, obligation: str) -> Frame:
+        """Record this member's answer to ``turn`` in the log (before sending it)."""
+        if self.current_id is None:
+            raise NotAMember(f"member {self.member_id!r} has not joined yet")
+        return await self.log.record_frame(turn, self.current_id, obligation)
+
+    @property
+    def delivering(self) -> bool:
+        """Whether the member may start a turn now (joined, heartbeat fresh, not stopping)."""
+        view = self.view
+        return (
+            view is not None
+            and view.joined
+            and not self._stop.is_set()
+            and anyio.current_time() - self._last_beat < 0.8 * self.expiry
+        )
+
+    async def run(self) -> None:
+        """Serve until ``stop()`` or cancellation; rejoin under a new id after an expiry."""
+        incarnation = 0
+        while not self._stop.is_set():
+            if self.exact_id:
+                member = self.member_id if incarnation == 0 else f"{self.member_id}~{incarnation}"
+            else:
+                member = f"{self.member_id}:{secrets.token_hex(4)}"
+            expelled = await self._serve(member)
+            if not expelled:
+                return
+            incarnation += 1
+            self.metrics.rejoins += 1
+            logger.warning(
+                "agent group member %s of channel %s was expired (no heartbeat for %.1f s); "
+                "joining again as a new member",
+                member,
+                self.log.channel,
+                self.expiry,
+            )
+
+    # ------------------------------------------------------------------ one incarnation
+
+    async def _serve(self, member: str) -> bool:
+        self._done = anyio.Event()
+        self._expelled = False
+        self._queues.clear()
+        joined = await self.log.join(member, settle=self.settle)
+        self.current_id = member
+        self._last_beat = anyio.current_time()
+        join = joined.join
+        try:
+            backlog = await self.log.read_back(
+                before_seq=join.seq,
+                members=joined.members_before,
+                not_before=join.inserted_at - self.lookback,
+            )
+            view = GroupView(
+                me=member,
+                members=backlog.members_at_start,
+                max_conversations=self.max_conversations,
+            )
+            # records before our join can never be ours; they rebuild the pending turns
+            view.apply_all(backlog.records)
+            self.view = view
+            async with anyio.create_task_group() as tg:
+                self._enqueue(tg, view.apply(join))
+                self.ready.set()
+                tg.start_soon(self._heartbeat_loop, member)
+                tg.start_soon(self._follow_loop, tg, view, join.seq)
+                await self._done.wait()
+                # stop starting turns; let in-flight ones finish, then stop heartbeating
+                with anyio.move_on_after(self.drain_timeout):
+                    while self._in_flight:
+                        await self._idle.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            if not self._expelled:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+                    try:
+                        await self.log.leave(member)
+                    except Exception:
+                        logger.exception("agent group member %s could not append its leave", member)
+        return self._expelled
+
+    def _enqueue(self, tg: TaskGroup, turns: list[Turn]) -> None:
+        for turn in turns:
+            queue = self._queues.get(turn.conversation)
+            if queue is None:
+                queue = self._queues[turn.conversation] = deque()
+                queue.append(turn)
+                tg.start_soon(self._drain, turn.conversation, queue)
+            else:
+                queue.append(turn)
+
+    async def _drain(self, conversation: str, queue: deque[Turn]) -> None:
+        try:
+            while queue and not self._done.is_set():
+                while not self.delivering:
+                    if self._done.is_set():
+                        return
+                    await anyio.sleep(self.heartbeat_interval / 4)
+                turn = queue.popleft()
+                async with self._limiter:
+                    self._in_flight += 1
+                    try:
+                        await self._deliver(turn)
+                    finally:
+                        self._in_flight -= 1
+                        if not self._in_flight:
+                            self._idle.set()
+                            self._idle = anyio.Event()
+        finally:
+            if self._queues.get(conversation) is queue:
+                del self._queues[conversation]
+
+    async def _deliver(self, turn: Turn) -> None:
+        self.metrics.delivered += 1
+        try:
+            history = await self.log.recent_history(
+                turn.conversation, self.history_limit, up_to_seq=turn.seq
+            )
+            await self.on_turn(turn, history)
+        except AgentBusy as busy:
+            self.metrics.busy += 1
+            if self.on_busy is None:
+                logger.error(
+                    "agent busy on turn %s of %s and no on_busy handler is set: the user "
+                    "gets no answer; pass on_busy= to AgentGroupMember",
+                    turn.seq,
+                    turn.conversation,
+                )
+                return
+            await self.on_busy(turn, busy)
+        except Exception:
+            self.metrics.handler_errors += 1
+            logger.exception(
+                "on_turn failed for turn %s of conversation %s", turn.seq, turn.conversation
+            )
+
+    async def _heartbeat_loop(self, member: str) -> None:
+        while True:
+            started = anyio.current_time()
+            try:
+                if await self.log.heartbeat(member):
+                    self._last_beat = started
+                else:
+                    # our expiry is in the log; the follow loop will see it too
+                    self._expelled = True
+                    self._done.set()
+                    return
+                await self.log.reap(expiry=self.expiry)
+            except Exception as error:
+                self.metrics.log_errors += 1
+                logger.warning("agent group member %s: heartbeat failed: %r", member, error)
+            await anyio.sleep(self.heartbeat_interval)
+
+    async def _follow_loop(self, tg: TaskGroup, view: GroupView, cursor: int) -> None:
+        backoff = 0.05
+        while not self._done.is_set():
+            try:
+                records = await self.log.read(after_seq=cursor, wait=self.follow_wait)
+            except Exception as error:
+                self.metrics.log_errors += 1
+                logger.warning("agent group member %s: reading the log failed: %r", view.me, error)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, self.heartbeat_interval)
+                continue
+            backoff = 0.05
+            for record in records:
+                cursor = record.seq
+                self._enqueue(tg, view.apply(record))
+            if view.left:
+                self._expelled = not self._stop.is_set()
+                self._done.set()
+                return

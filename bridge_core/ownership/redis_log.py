@@ -1,0 +1,352 @@
+"""The distributed conversation log: one Redis stream per channel (``redis.asyncio``).
+
+Keys of channel ``C`` (all in one cluster slot through the ``{C}`` hash tag)::
+
+    <prefix>:{C}:log        the stream: turns, frames, joins, leaves (server-assigned ids)
+    <prefix>:{C}:members    hash member -> since (ms), the membership at the stream's end
+    <prefix>:{C}:hb         sorted set member -> last heartbeat (server TIME, ms)
+    <prefix>:{C}:stats      hash admitted / answered
+    <prefix>:{C}:seen:<id>  an admitted platform message id (PX seen_ttl)
+
+Every write that must be atomic is one Lua script (ADR 0032): admission checks and sets the
+dedup key and appends the turn; a join appends its record, adds the member and returns the
+membership before it; a leave and the reaper remove the member and append the leave only if
+the member was still present, so each departure is recorded exactly once. ``since`` is the
+join entry's id time plus the settle delay, computed by readers from the entry (ADR 0031).
+
+A record's ``seq`` is its stream id ``<ms>-<n>`` packed as ``ms << 20 | n`` (order-preserving)
+and its ``inserted_at`` is ``ms / 1000``: Redis keeps ids increasing even if its clock steps back.
+Each member reads with plain ``XREAD`` from its own cursor (every member sees every record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bridge_core.conversation import Frame, Join, Leave, LeaveReason, LogRecord, Turn
+from bridge_core.conversation import conversation_id as make_conversation_id
+from bridge_core.ownership.backlog import rewind_members
+from bridge_core.ownership.log import (
+    DEFAULT_SEEN_TTL,
+    Backlog,
+    JoinResult,
+    LogStats,
+    LogUnavailable,
+)
+from bridge_core.provider import InboundMessage
+
+__all__ = ["RedisConversationLog", "seq_of", "stream_id_of"]
+
+_SEQ_BITS = 20
+_HISTORY_SCAN = 5000
+
+_ADMIT = """
+if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return false end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
+redis.call('HINCRBY', KEYS[3], 'admitted', 1)
+return id
+"""
+
+_FRAME = """
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 2))
+redis.call('HINCRBY', KEYS[2], 'answered', 1)
+return id
+"""
+
+_JOIN = """
+local before = redis.call('HGETALL', KEYS[2])
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
+                      'k', 'j', 'mb', ARGV[1], 'st', ARGV[2])
+local ms = tonumber(string.match(id, '^(%d+)'))
+redis.call('HSET', KEYS[2], ARGV[1], tostring(ms + tonumber(ARGV[2])))
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+return {id, before}
+"""
+
+_LEAVE = """
+local since = redis.call('HGET', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if not since then return false end
+redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
+                  'k', 'l', 'mb', ARGV[1], 'r', 'graceful', 'si', since)
+"""
+
+_HEARTBEAT = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+return 1
+"""
+
+_REAP = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. tostring(now - tonumber(ARGV[1])))
+local out = {}
+for _, m in ipairs(dead) do
+  redis.call('ZREM', KEYS[3], m)
+  local since = redis.call('HGET', KEYS[2], m)
+  if since then
+    redis.call('HDEL', KEYS[2], m)
+    local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*',
+                          'k', 'l', 'mb', m, 'r', 'expired', 'si', since)
+    table.insert(out, id)
+  end
+end
+return out
+"""
+
+
+def seq_of(stream_id: str) -> int:
+    """The integer ``seq`` of a stream id ``<ms>-<n>`` (order-preserving)."""
+    ms, _, n = stream_id.partition("-")
+    return (int(ms) << _SEQ_BITS) | int(n or 0)
+
+
+def stream_id_of(seq: int) -> str:
+    return f"{seq >> _SEQ_BITS}-{seq & ((1 << _SEQ_BITS) - 1)}"
+
+
+class RedisConversationLog:
+    """A ``ConversationLog`` in Redis. Open with ``await RedisConversationLog.connect``."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        channel: str,
+        seen_ttl: float,
+        key_prefix: str,
+        max_len: int,
+    ) -> None:
+        self.channel = channel
+        self.client = client
+        self.seen_ttl_ms = max(1, int(seen_ttl * 1000))
+        self.max_len = max_len
+        tag = channel.replace("{", "(").replace("}", ")")
+        base = f"{key_prefix}:{{{tag}}}"
+        self.stream_key = f"{base}:log"
+        self.members_key = f"{base}:members"
+        self.heartbeat_key = f"{base}:hb"
+        self.stats_key = f"{base}:stats"
+        self.seen_prefix = f"{base}:seen:"
+        self._admit = client.register_script(_ADMIT)
+        self._frame = client.register_script(_FRAME)
+        self._join = client.register_script(_JOIN)
+        self._leave = client.register_script(_LEAVE)
+        self._heartbeat = client.register_script(_HEARTBEAT)
+        self._reap = client.register_script(_REAP)
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        channel: str,
+        seen_ttl: float = DEFAULT_SEEN_TTL,
+        key_prefix: str = "bridge",
+        max_len: int = 1_000_000,
+    ) -> RedisConversationLog:
+        client = aioredis.Redis.from_url(url, decode_responses=True)
+        try:
+            await client.ping()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            await client.aclose()
+            raise LogUnavailable(
+                f"cannot reach Redis at {url} for the conversation log of {channel!r}: {error}"
+            ) from error
+        return cls(
+            client, channel=channel, seen_ttl=seen_ttl, key_prefix=key_prefix, max_len=max_len
+        )
+
+    async def _call(self, coro: Any) -> Any:
+        try:
+            return await coro
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            raise LogUnavailable(f"Redis conversation log {self.stream_key}: {error}") from error
+
+    # ------------------------------------------------------------------ decoding
+
+    def _decode(self, entry_id: str, f: Mapping[str, str]) -> LogRecord:
+        seq = seq_of(entry_id)
+        at = (seq >> _SEQ_BITS) / 1000.0
+        kind = f.get("k")
+        if kind == "t":
+            return Turn(self.channel, f["c"], seq, at, f["m"], f["a"], f["x"], f.get("th"))
+        if kind == "f":
+            return Frame(self.channel, f["c"], seq, at, int(f["s"]), f["mb"], f["o"])
+        if kind == "j":
+            return Join(self.channel, seq, at, f["mb"], at + int(f["st"]) / 1000.0)
+        return Leave(self.channel, seq, at, f["mb"], LeaveReason(f["r"]))
+
+    # ------------------------------------------------------------------ writes
+
+    async def admit(self, message: InboundMessage) -> Turn | None:
+        if message.author_is_bot:
+            return None
+        conversation = make_conversation_id(
+            message.channel, thread=message.thread, author=message.author
+        )
+        fields = ["k", "t", "c", conversation, "m", message.message_id]
+        fields += ["a", message.author, "x", message.text]
+        if message.thread:
+            fields += ["th", message.thread]
+        entry_id = await self._call(
+            self._admit(
+                keys=[self.stream_key, self.seen_prefix + message.message_id, self.stats_key],
+                args=[self.seen_ttl_ms, self.max_len, *fields],
+            )
+        )
+        if entry_id is None:
+            return None
+        seq = seq_of(entry_id)
+        return Turn(
+            self.channel,
+            conversation,
+            seq,
+            (seq >> _SEQ_BITS) / 1000.0,
+            message.message_id,
+            message.author,
+            message.text,
+            message.thread,
+        )
+
+    async def record_frame(self, turn: Turn, member: str, obligation: str) -> Frame:
+        fields = ["k", "f", "c", turn.conversation, "s", str(turn.seq), "mb", member]
+        fields += ["o", obligation]
+        entry_id = await self._call(
+            self._frame(keys=[self.stream_key, self.stats_key], args=[self.max_len, *fields])
+        )
+        seq = seq_of(entry_id)
+        at = (seq >> _SEQ_BITS) / 1000.0
+        return Frame(self.channel, turn.conversation, seq, at, turn.seq, member, obligation)
+
+    async def join(self, member: str, *, settle: float) -> JoinResult:
+        settle_ms = max(0, round(settle * 1000))
+        entry_id, flat = await self._call(
+            self._join(
+                keys=[self.stream_key, self.members_key, self.heartbeat_key],
+                args=[member, settle_ms, self.max_len],
+            )
+        )
+        before = {flat[i]: int(flat[i + 1]) / 1000.0 for i in range(0, len(flat), 2)}
+        seq = seq_of(entry_id)
+        at = (seq >> _SEQ_BITS) / 1000.0
+        return JoinResult(Join(self.channel, seq, at, member, at + settle_ms / 1000.0), before)
+
+    async def leave(self, member: str) -> Leave | None:
+        entry_id = await self._call(
+            self._leave(
+                keys=[self.stream_key, self.members_key, self.heartbeat_key],
+                args=[member, self.max_len],
+            )
+        )
+        if entry_id is None:
+            return None
+        seq = seq_of(entry_id)
+        at = (seq >> _SEQ_BITS) / 1000.0
+        return Leave(self.channel, seq, at, member, LeaveReason.GRACEFUL)
+
+    async def heartbeat(self, member: str) -> bool:
+        alive = await self._call(
+            self._heartbeat(keys=[self.members_key, self.heartbeat_key], args=[member])
+        )
+        return bool(alive)
+
+    async def reap(self, *, expiry: float) -> list[Leave]:
+        ids = await self._call(
+            self._reap(
+                keys=[self.stream_key, self.members_key, self.heartbeat_key],
+                args=[max(1, int(expiry * 1000)), self.max_len],
+            )
+        )
+        out: list[Leave] = []
+        for entry_id in ids or ():
+            rows = await self._call(self.client.xrange(self.stream_key, entry_id, entry_id))
+            for got_id, fields in rows:
+                record = self._decode(got_id, fields)
+                if isinstance(record, Leave):
+                    out.append(record)
+        return out
+
+    # ------------------------------------------------------------------ reads
+
+    async def read(
+        self, *, after_seq: int, limit: int = 1000, wait: float = 0.0
+    ) -> list[LogRecord]:
+        block = int(wait * 1000) if wait > 0 else None
+        if block == 0:
+            block = 1
+        reply = await self._call(
+            self.client.xread({self.stream_key: stream_id_of(after_seq)}, count=limit, block=block)
+        )
+        out: list[LogRecord] = []
+        for _key, entries in reply or ():
+            for entry_id, fields in entries:
+                out.append(self._decode(entry_id, fields))
+        return out
+
+    async def read_back(
+        self, *, before_seq: int, members: Mapping[str, float], not_before: float
+    ) -> Backlog:
+        low = str(max(0, int(not_before * 1000)))
+        high = "(" + stream_id_of(before_seq)
+        records: list[LogRecord] = []
+        leave_since: dict[int, float] = {}
+        while True:
+            page = await self._call(
+                self.client.xrevrange(self.stream_key, max=high, min=low, count=1000)
+            )
+            for entry_id, fields in page:
+                record = self._decode(entry_id, fields)
+                records.append(record)
+                if isinstance(record, Leave):
+                    leave_since[record.seq] = int(fields["si"]) / 1000.0
+            if len(page) < 1000:
+                break
+            high = "(" + page[-1][0]
+        records.reverse()
+        return Backlog(rewind_members(members, records, leave_since), records)
+
+    async def recent_history(
+        self, conversation: str, limit: int = 20, *, up_to_seq: int | None = None
+    ) -> list[Turn | Frame]:
+        # scans back at most _HISTORY_SCAN entries of the channel: history is a convenience
+        # for the agent, not part of the ownership decisions
+        high = "+" if up_to_seq is None else stream_id_of(up_to_seq)
+        out: list[Turn | Frame] = []
+        scanned = 0
+        while scanned < _HISTORY_SCAN and len(out) < limit:
+            page = await self._call(
+                self.client.xrevrange(self.stream_key, max=high, min="-", count=500)
+            )
+            for entry_id, fields in page:
+                if fields.get("c") == conversation and fields.get("k") in ("t", "f"):
+                    record = self._decode(entry_id, fields)
+                    assert isinstance(record, Turn | Frame)
+                    out.append(record)
+                    if len(out) >= limit:
+                        break
+            scanned += len(page)
+            if len(page) < 500:
+                break
+            high = "(" + page[-1][0]
+        out.reverse()
+        return out
+
+    async def stats(self) -> LogStats:
+        members = await self._call(self.client.hlen(self.members_key))
+        admitted, answered = await self._call(
+            self.client.hmget(self.stats_key, ["admitted", "answered"])
+        )
+        return LogStats(int(members), int(admitted or 0), int(answered or 0))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,289 @@
+"""The pure decision logic: a fold over one channel's log that every member computes alike.
+
+``GroupView`` is fed the log's records in log order (``apply``) and answers, for the member it
+was built for, which user turns that member must deliver now. It does no I/O and reads no clock:
+every number it compares comes from the log (a turn's ``inserted_at``, a join's ``since``), so
+members that fold the same records make the same decisions whenever they process them.
+
+The rules (issue 5, after seed ADR-0069):
+
+- Owner of a turn: among the members present at that point of the log whose ``since`` is at or
+  before the turn's ``inserted_at``, the highest rendezvous score (``hashing``); when none is
+  eligible yet, every present member counts.
+- Pending turns: the view keeps, per conversation, the user turns no agent frame has answered,
+  each with the owner it was assigned to. A frame by member ``m`` answering turn ``s`` settles
+  ``s`` and every earlier pending turn of that conversation assigned to ``m`` (a member handles
+  one conversation's turns in order, so an answer to ``s`` means the earlier ones were handled).
+  At most ``max_conversations`` conversations are kept, the least recently active dropped first:
+  the log stays the truth, this is a cache.
+- Takeover: at a leave record the departed member's pending turns go, per conversation, to the
+  owner computed at the leave's ``inserted_at`` among the remaining members; if that is this
+  member, they are delivered now. A turn the departed member answered is no longer pending, so it
+  is never delivered again.
+- Orphans: a pending turn whose owner left while no member remained is assigned at the next join
+  (``Join`` records are where a restarted gateway picks up the turns a crash left unanswered).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import xxhash
+
+from bridge_core.conversation import Frame, Join, Leave, LogRecord, Turn
+from bridge_core.ownership.hashing import member_seed
+
+__all__ = ["DEFAULT_MAX_CONVERSATIONS", "GroupView", "ViewStats"]
+
+DEFAULT_MAX_CONVERSATIONS = 10_000
+
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One conversation's unanswered turns, each with the member it is assigned to."""
+
+    turns: list[tuple[Turn, str | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ViewStats:
+    turns: int = 0
+    owned: int = 0
+    passed: int = 0
+    taken_over: int = 0
+    orphans_adopted: int = 0
+    conversations_dropped: int = 0
+
+
+class GroupView:
+    """Membership and pending turns of one channel's group, seen by member ``me``.
+
+    ``members`` is the membership (member id to ``since``) just before the first record that
+    will be applied. ``me`` may be ``None`` for an observer that never delivers.
+    """
+
+    def __init__(
+        self,
+        *,
+        me: str | None,
+        members: Mapping[str, float] | None = None,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+    ) -> None:
+        if max_conversations < 1:
+            raise ValueError(f"max_conversations must be at least 1, got {max_conversations}")
+        self.me = me
+        self.max_conversations = max_conversations
+        self.stats = ViewStats()
+        self._since: dict[str, float] = {}
+        self._order: tuple[tuple[str, float, int], ...] = ()
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()
+        # departed-member lookups touch only that member's conversations
+        self._by_owner: dict[str | None, set[str]] = {}
+        self._joined = False
+        self._left = False
+        for member, since in (members or {}).items():
+            self._since[member] = since
+            if member == me:
+                self._joined = True
+        self._reorder()
+
+    # ------------------------------------------------------------------ membership
+
+    @property
+    def members(self) -> dict[str, float]:
+        """Present members and their ``since``."""
+        return dict(self._since)
+
+    @property
+    def joined(self) -> bool:
+        """Whether ``me`` has joined (its join record was applied) and not left."""
+        return self._joined and not self._left
+
+    @property
+    def left(self) -> bool:
+        """Whether a leave record of ``me`` was applied (graceful or expired)."""
+        return self._left
+
+    def _reorder(self) -> None:
+        self._order = tuple(
+            (member, since, member_seed(member)) for member, since in sorted(self._since.items())
+        )
+
+    def owner(self, conversation: str, at: float) -> str | None:
+        """The owner of a turn of ``conversation`` committed at ``at``, with this membership."""
+        key = conversation.encode("utf-8")
+        best: str | None = None
+        best_score = -1
+        any_best: str | None = None
+        any_score = -1
+        # _order is sorted by member id, so ">=" on a tie keeps the greater id
+        for member, since, seed in self._order:
+            value = _xxh3(key, seed)
+            if since <= at:
+                if value >= best_score:
+                    best_score = value
+                    best = member
+            elif best is None and value >= any_score:
+                any_score = value
+                any_best = member
+        # nobody eligible yet: every present member counts, and then every member went
+        # through the second branch
+        return best if best is not None else any_best
+
+    # ------------------------------------------------------------------ pending turns
+
+    def pending(self, conversation: str) -> list[tuple[Turn, str | None]]:
+        """The unanswered turns of ``conversation`` with their assigned owner, oldest first."""
+        entry = self._pending.get(conversation)
+        return list(entry.turns) if entry else []
+
+    def pending_conversations(self, owner: str | None) -> set[str]:
+        """Conversations with an unanswered turn assigned to ``owner``."""
+        return set(self._by_owner.get(owner, ()))
+
+    @property
+    def pending_count(self) -> int:
+        return sum(len(entry.turns) for entry in self._pending.values())
+
+    def _index(self, owner: str | None, conversation: str) -> None:
+        self._by_owner.setdefault(owner, set()).add(conversation)
+
+    def _unindex(
+        self, conversation: str, entry: _Pending | None, owners: Iterable[str | None]
+    ) -> None:
+        remaining = {owner for _turn, owner in entry.turns} if entry else set()
+        for owner in set(owners):
+            if owner not in remaining:
+                bucket = self._by_owner.get(owner)
+                if bucket is not None:
+                    bucket.discard(conversation)
+                    if not bucket:
+                        del self._by_owner[owner]
+
+    def _drop_oldest(self) -> None:
+        while len(self._pending) > self.max_conversations:
+            conversation, entry = self._pending.popitem(last=False)
+            self._unindex(conversation, None, [owner for _turn, owner in entry.turns])
+            self.stats.conversations_dropped += 1
+
+    # ------------------------------------------------------------------ the fold
+
+    def apply(self, record: LogRecord) -> list[Turn]:
+        """Fold one record; return the turns ``me`` must deliver now, in log order."""
+        if isinstance(record, Turn):
+            return self._on_turn(record)
+        if isinstance(record, Frame):
+            self._on_frame(record)
+            return []
+        if isinstance(record, Join):
+            return self._on_join(record)
+        if isinstance(record, Leave):
+            return self._on_leave(record)
+        raise TypeError(f"GroupView.apply: not a log record: {record!r}")
+
+    def apply_all(self, records: Iterable[LogRecord]) -> list[Turn]:
+        out: list[Turn] = []
+        for record in records:
+            out.extend(self.apply(record))
+        return out
+
+    def _on_turn(self, turn: Turn) -> list[Turn]:
+        owner = self.owner(turn.conversation, turn.inserted_at)
+        entry = self._pending.get(turn.conversation)
+        if entry is None:
+            entry = self._pending[turn.conversation] = _Pending()
+        else:
+            self._pending.move_to_end(turn.conversation)
+        entry.turns.append((turn, owner))
+        self._index(owner, turn.conversation)
+        self._drop_oldest()
+        self.stats.turns += 1
+        if owner is not None and owner == self.me and not self._left:
+            self.stats.owned += 1
+            return [turn]
+        self.stats.passed += 1
+        return []
+
+    def _on_frame(self, frame: Frame) -> None:
+        entry = self._pending.get(frame.conversation)
+        if entry is None:
+            return
+        kept: list[tuple[Turn, str | None]] = []
+        settled: list[str | None] = []
+        for turn, owner in entry.turns:
+            if turn.seq == frame.answers_seq or (
+                owner == frame.member and turn.seq <= frame.answers_seq
+            ):
+                settled.append(owner)
+            else:
+                kept.append((turn, owner))
+        if not settled:
+            return
+        entry.turns = kept
+        if not kept:
+            del self._pending[frame.conversation]
+            self._unindex(frame.conversation, None, settled)
+        else:
+            self._unindex(frame.conversation, entry, settled)
+
+    def _on_join(self, join: Join) -> list[Turn]:
+        self._since[join.member] = join.since
+        self._reorder()
+        if join.member == self.me:
+            self._joined = True
+        orphans = set(self._by_owner.get(None, ()))
+        for owner in list(self._by_owner):
+            if owner is not None and owner not in self._since:
+                orphans |= self._by_owner[owner]
+        out = self._reassign(orphans, gone=None, at=join.inserted_at, adopt=True)
+        return out
+
+    def _on_leave(self, leave: Leave) -> list[Turn]:
+        self._since.pop(leave.member, None)
+        self._reorder()
+        if leave.member == self.me:
+            self._left = True
+        conversations = set(self._by_owner.get(leave.member, ()))
+        return self._reassign(conversations, gone=leave.member, at=leave.inserted_at, adopt=False)
+
+    def _reassign(
+        self, conversations: set[str], *, gone: str | None, at: float, adopt: bool
+    ) -> list[Turn]:
+        """Give the pending turns of absent owners in ``conversations`` to their new owner."""
+        out: list[Turn] = []
+        for conversation in sorted(conversations, key=self._first_seq):
+            entry = self._pending.get(conversation)
+            if entry is None:
+                continue
+            new_owner = self.owner(conversation, at)
+            moved: list[str | None] = []
+            turns: list[tuple[Turn, str | None]] = []
+            for turn, owner in entry.turns:
+                absent = owner is None or owner not in self._since
+                if absent and (gone is None or owner == gone):
+                    moved.append(owner)
+                    turns.append((turn, new_owner))
+                    if new_owner is not None and new_owner == self.me and not self._left:
+                        out.append(turn)
+                else:
+                    turns.append((turn, owner))
+            if not moved:
+                continue
+            entry.turns = turns
+            self._unindex(conversation, entry, moved)
+            self._index(new_owner, conversation)
+            if new_owner is not None and new_owner == self.me and not self._left:
+                if adopt:
+                    self.stats.orphans_adopted += 1
+                else:
+                    self.stats.taken_over += 1
+        out.sort(key=lambda turn: turn.seq)
+        return out
+
+    def _first_seq(self, conversation: str) -> int:
+        entry = self._pending.get(conversation)
+        return entry.turns[0][0].seq if entry and entry.turns else 0
