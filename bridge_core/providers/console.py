@@ -250,6 +250,10 @@ class ConsoleProvider(ChatProvider):
                 await self._inbound_line(line, sink)
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the transcript; later sends raise ``Unreachable``."""
         if self._transcript is not None and not self._closed:
             self._transcript.close()
         self._closed = True

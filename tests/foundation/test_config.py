@@ -1,0 +1,273 @@
+"""Config: one TOML file, resolved secrets, budgets, and errors that name the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge_core.config import (
+    CONFIG_ENV_VAR,
+    BridgeConfig,
+    BudgetNumbers,
+    ConfigError,
+    Secret,
+    config_path,
+    load_config,
+    masked,
+    parse_config,
+    resolve_budget,
+)
+from bridge_core.plugins import ProviderRegistry, create_plugin_manager
+from bridge_core.provider import SLACK_BUDGET, TEAMS_BUDGET, UNLIMITED_BUDGET, SendBudget, Window
+from bridge_core.providers.console import ConsoleSettings
+
+FULL = """
+[profiles.term]
+provider = "console"
+budget = "teams"
+settings = { output = "none", inbound_author = "ana" }
+
+[profiles.term2]
+provider = "console"
+budget = { burst = 2, per_hour = 600, edit_spacing = 3.0 }
+
+[channels.ops]
+profile = "term"
+channel_id = "C-OPS"
+thread = "T1"
+kinds = ["AgentFinished", "AgentGone"]
+workspaces = ["alpha"]
+agent = "my_agents.ops:answer"
+notify = { hold = 0.5 }
+
+[channels.dev]
+profile = "term2"
+channel_id = "C-DEV"
+
+[stores]
+ledger = "state/ledger.sqlite3"
+membership = "redis://127.0.0.1:6379/0"
+delivery_ledger = false
+
+[api]
+port = 9000
+token = { env = "BRIDGE_TEST_API_TOKEN" }
+
+[notify]
+threshold = 3
+window = 20.0
+"""
+
+
+@pytest.fixture(scope="module")
+def providers() -> ProviderRegistry:
+    return create_plugin_manager(load_entry_points=False).providers
+
+
+def write(tmp_path: Path, text: str, name: str = "bridge.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def problems_of(error: pytest.ExceptionInfo[ConfigError]) -> dict[str, str]:
+    return {problem.key: problem.message for problem in error.value.problems}
+
+
+def test_a_full_file_resolves(tmp_path: Path, providers: ProviderRegistry) -> None:
+    path = write(tmp_path, FULL)
+    config = load_config(path, providers=providers, environ={"BRIDGE_TEST_API_TOKEN": "s3cr3t"})
+    assert config.path == path
+    term = config.profiles["term"]
+    assert isinstance(term.settings, ConsoleSettings)
+    assert term.settings.inbound_author == "ana"
+    assert term.send_budget == TEAMS_BUDGET
+    assert term.provider_type is not None and term.provider_type.name == "console"
+    assert config.profiles["term2"].send_budget == SendBudget(
+        burst=2, per_second=600 / 3600, windows=(Window(600, 3600.0),), edit_spacing=3.0
+    )
+    ops = config.channels["ops"]
+    assert (ops.channel_id, ops.thread, ops.agent) == ("C-OPS", "T1", "my_agents.ops:answer")
+    assert ops.kinds == ["AgentFinished", "AgentGone"] and ops.workspaces == ["alpha"]
+    # A channel's notify table overrides [notify] key by key; [notify] overrides the defaults.
+    assert (ops.notify.hold, ops.notify.threshold, ops.notify.window) == (0.5, 3, 20.0)
+    assert (config.channels["dev"].notify.hold, config.channels["dev"].notify.threshold) == (2.0, 3)
+    assert config.profile_of("dev") is config.profiles["term2"]
+    assert config.stores.ledger_path == tmp_path / "state" / "ledger.sqlite3"
+    assert config.stores.ledger_url is None
+    assert config.stores.membership_url == "redis://127.0.0.1:6379/0"
+    assert config.stores.delivery_ledger is False
+    assert (config.api.host, config.api.port) == ("127.0.0.1", 9000)
+    assert config.api.token is not None
+    assert config.api.token.get_secret_value() == "s3cr3t"
+
+
+def test_defaults_need_no_file_content(tmp_path: Path, providers: ProviderRegistry) -> None:
+    config = load_config(write(tmp_path, ""), providers=providers)
+    assert config.profiles == {} and config.channels == {}
+    assert config.stores.ledger_path == tmp_path / "bridge.sqlite3"
+    assert config.stores.membership == "embedded" and config.stores.delivery_ledger is True
+    assert (config.api.host, config.api.max_body_bytes) == ("127.0.0.1", 1_048_576)
+    assert (config.notify.hold, config.notify.threshold, config.notify.window) == (2.0, 5, 10.0)
+    assert BridgeConfig().notify == config.notify
+
+
+def test_secrets_never_show_their_value(providers: ProviderRegistry) -> None:
+    config = parse_config(
+        {"api": {"token": {"env": "TOKEN_VAR"}}},
+        providers=providers,
+        environ={"TOKEN_VAR": "hunter2"},
+    )
+    token = config.api.token
+    assert isinstance(token, Secret)
+    for shown in (str(token), repr(token), repr(config), str(config.api), str(masked(config))):
+        assert "hunter2" not in shown
+    assert "TOKEN_VAR" in repr(token)
+    assert masked(config.api)["token"] == "<secret from $TOKEN_VAR>"
+    assert config.model_dump_json().count("hunter2") == 0
+
+
+def test_a_missing_environment_variable_names_the_key(providers: ProviderRegistry) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"api": {"token": {"env": "NOPE_NOT_SET"}}}, providers=providers, environ={})
+    assert problems_of(caught) == {
+        "api.token": "environment variable NOPE_NOT_SET is not set (export it)"
+    }
+
+
+def test_an_unknown_profile_is_named_with_the_known_ones(
+    tmp_path: Path, providers: ProviderRegistry
+) -> None:
+    text = '[profiles.a]\nprovider = "console"\n[channels.ops]\nprofile = "b"\nchannel_id = "C"\n'
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, providers=providers)
+    assert problems_of(caught) == {"channels.ops.profile": "no profile named 'b' (profiles: a)"}
+    assert str(caught.value).startswith(f"{path}: channels.ops.profile: ")
+
+
+def test_an_uninstalled_provider_lists_the_installed_and_the_pip_line(
+    providers: ProviderRegistry,
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"profiles": {"team": {"provider": "slack"}}}, providers=providers)
+    message = problems_of(caught)["profiles.team.provider"]
+    assert "installed providers: console" in message
+    assert "pip install bridge-slack" in message
+
+
+def test_provider_settings_are_validated_by_the_providers_model(
+    providers: ProviderRegistry,
+) -> None:
+    data = {"profiles": {"t": {"provider": "console", "settings": {"output": "printer", "x": 1}}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    problems = problems_of(caught)
+    assert "'stdout', 'stderr' or 'none'" in problems["profiles.t.settings.output"]
+    assert "(got 'printer')" in problems["profiles.t.settings.output"]
+    assert problems["profiles.t.settings.x"].startswith("unknown key; expected one of: ")
+    assert "transcript" in problems["profiles.t.settings.x"]
+
+
+def test_wrong_types_unknown_keys_and_missing_keys_are_all_reported(
+    providers: ProviderRegistry,
+) -> None:
+    data = {
+        "api": {"port": "eighty"},
+        "channels": {"ops": {"profile": "p", "chanel_id": "C"}},
+        "stores": {"ledger": "mysql://db"},
+        "surprise": 1,
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    problems = problems_of(caught)
+    assert "valid integer" in problems["api.port"] and "'eighty'" in problems["api.port"]
+    assert problems["channels.ops.channel_id"] == "is required"
+    assert problems["channels.ops.chanel_id"].startswith("unknown key; expected one of: profile")
+    assert "postgresql:// URL" in problems["stores.ledger"]
+    assert problems["surprise"] == (
+        "unknown key; expected one of: profiles, channels, stores, api, notify"
+    )
+
+
+def test_event_filters_and_agent_references_are_checked(providers: ProviderRegistry) -> None:
+    data = {
+        "profiles": {"p": {"provider": "console"}},
+        "channels": {
+            "ops": {"profile": "p", "channel_id": "C", "kinds": ["AgentFinishd"], "agent": "x"}
+        },
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    problems = problems_of(caught)
+    assert "unknown event kind(s) 'AgentFinishd'" in problems["channels.ops.kinds"]
+    assert "AgentFinished" in problems["channels.ops.kinds"]
+    assert "package.module:function" in problems["channels.ops.agent"]
+
+
+def test_budget_presets_and_numbers(providers: ProviderRegistry) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {"profiles": {"p": {"provider": "console", "budget": "fast"}}}, providers=providers
+        )
+    assert "unknown budget preset 'fast'" in problems_of(caught)["profiles.p.budget"]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {"profiles": {"p": {"provider": "console", "budget": {"burst": 2}}}},
+            providers=providers,
+        )
+    assert "needs burst and per_second or per_hour" in problems_of(caught)["profiles.p.budget"]
+    assert resolve_budget(None, SLACK_BUDGET) is SLACK_BUDGET
+    assert resolve_budget("teams", SLACK_BUDGET) is TEAMS_BUDGET
+    tuned = resolve_budget(BudgetNumbers(preset="slack", edit_spacing=5.0), UNLIMITED_BUDGET)
+    assert tuned == SendBudget(
+        burst=3, per_second=1.0, windows=SLACK_BUDGET.windows, edit_spacing=5.0
+    )
+    numbers = BudgetNumbers(burst=4, per_second=2.0, windows=[{"limit": 10, "seconds": 60}])  # type: ignore[list-item]
+    assert numbers.resolve() == SendBudget(burst=4, per_second=2.0, windows=(Window(10, 60.0),))
+
+
+def test_a_budget_in_the_console_settings_applies_unless_the_profile_overrides(
+    providers: ProviderRegistry,
+) -> None:
+    data = {
+        "profiles": {
+            "a": {"provider": "console", "settings": {"budget": "discord"}},
+            "b": {"provider": "console", "settings": {"budget": "discord"}, "budget": "slack"},
+            "c": {"provider": "console"},
+        }
+    }
+    config = parse_config(data, providers=providers)
+    budgets = {name: profile.send_budget for name, profile in config.profiles.items()}
+    assert budgets["b"] == SLACK_BUDGET
+    assert budgets["c"] == UNLIMITED_BUDGET
+    assert budgets["a"] is not None and budgets["a"].burst == 5
+
+
+def test_invalid_toml_and_a_missing_file_name_the_file(tmp_path: Path) -> None:
+    bad = write(tmp_path, "[profiles\n")
+    with pytest.raises(ConfigError, match=r"bridge\.toml: is not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"nowhere\.toml: no such file; create it, pass -c"):
+        load_config(tmp_path / "nowhere.toml")
+
+
+def test_the_config_path_comes_from_the_argument_then_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv(CONFIG_ENV_VAR, raising=False)
+    assert config_path() == Path("bridge.toml")
+    monkeypatch.setenv(CONFIG_ENV_VAR, str(tmp_path / "from-env.toml"))
+    assert config_path() == tmp_path / "from-env.toml"
+    assert config_path("explicit.toml") == Path("explicit.toml")
+
+
+def test_postgres_ledger_url_is_kept_as_a_url(providers: ProviderRegistry) -> None:
+    config = parse_config(
+        {"stores": {"ledger": "postgresql://u@db/bridge"}},
+        path=Path("/etc/bridge.toml"),
+        providers=providers,
+    )
+    assert config.stores.ledger_url == "postgresql://u@db/bridge"
+    assert config.stores.ledger_path is None

@@ -1,0 +1,252 @@
+"""The console provider: transcript lines, scripted faults, probe, inbound, on asyncio and trio."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import trio.testing
+
+from bridge_core.hookspecs import ProviderContext
+from bridge_core.plugins import create_plugin_manager
+from bridge_core.provider import (
+    ChatProvider,
+    Forbidden,
+    InboundMessage,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.providers.console import ConsoleProvider, ConsoleSettings, FaultSpec
+
+pytestmark = pytest.mark.anyio
+
+
+def transcript(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+_OPEN: list[ConsoleProvider] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_providers() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def quiet(tmp_path: Path, **settings: Any) -> ConsoleProvider:
+    provider = ConsoleProvider(
+        ConsoleSettings(output="none", transcript=tmp_path / "t.jsonl", **settings)
+    )
+    _OPEN.append(provider)
+    return provider
+
+
+async def test_posts_edits_and_threads_are_written_one_flushed_line_each(tmp_path: Path) -> None:
+    provider = quiet(tmp_path)
+    ref = await provider.post("ops", "agent a1 spawned")
+    # Flushed per line: readable before the provider is closed.
+    assert transcript(tmp_path / "t.jsonl")[0]["op"] == "post"
+    reply = await provider.post("ops", "in the thread", thread=ref.message_id)
+    edited = await provider.edit(ref, "agent a1 finished ✅")
+    await provider.aclose()
+    lines = transcript(tmp_path / "t.jsonl")
+    assert [line["op"] for line in lines] == ["post", "post", "edit"]
+    assert set(lines[0]) == {
+        "t",
+        "at",
+        "op",
+        "channel",
+        "thread",
+        "message_id",
+        "text",
+        "error",
+        "retry_after",
+    }
+    assert lines[1]["thread"] == ref.message_id == reply.thread
+    assert lines[2] == {
+        **lines[2],
+        "message_id": ref.message_id,
+        "text": "agent a1 finished ✅",
+        "error": None,
+    }
+    assert edited == ref
+    assert provider.text_of(ref.message_id) == "agent a1 finished ✅"
+    assert len({line["message_id"] for line in lines}) == 2
+
+
+@pytest.mark.parametrize(
+    "anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})]
+)
+async def test_transcript_time_is_virtual_under_trio_mock_clock(tmp_path: Path) -> None:
+    provider = quiet(tmp_path)
+    await provider.post("ops", "first")
+    await anyio.sleep(3600)  # an hour of virtual time, instantly
+    await provider.post("ops", "an hour later")
+    times = [line["t"] for line in transcript(tmp_path / "t.jsonl")]
+    assert times == [0.0, 3600.0]
+
+
+async def test_message_ids_are_unique_across_restarts(tmp_path: Path) -> None:
+    ids = set()
+    for _ in range(3):  # three "runs" appending to one transcript
+        provider = quiet(tmp_path)
+        for _ in range(5):
+            ids.add((await provider.post("ops", "x")).message_id)
+        await provider.aclose()
+    assert len(ids) == 15
+    assert len(transcript(tmp_path / "t.jsonl")) == 15
+
+
+async def test_a_scripted_fault_fails_the_next_send_only(tmp_path: Path) -> None:
+    provider = quiet(tmp_path)
+    ok = await provider.post("ops", "before")
+    provider.script_fault("ops", RateLimited(retry_after=2.5))
+    provider.script_fault("dev", TransportError("502"))
+    with pytest.raises(RateLimited) as caught:
+        await provider.edit(ok, "during")
+    assert caught.value.retry_after == 2.5
+    await provider.edit(ok, "after")  # the fault was used up
+    with pytest.raises(TransportError):
+        await provider.post("dev", "dev message")
+    lines = transcript(tmp_path / "t.jsonl")
+    errors = [line for line in lines if line["op"] == "error"]
+    assert errors[0] == {
+        **errors[0],
+        "channel": "ops",
+        "message_id": ok.message_id,
+        "error": "RateLimited",
+        "retry_after": 2.5,
+        "text": "during",
+        "failed_op": "edit",
+    }
+    assert errors[1]["error"] == "TransportError" and errors[1]["retry_after"] is None
+    assert provider.text_of(ok.message_id) == "after"
+
+
+async def test_faults_listed_in_the_settings_queue_up(tmp_path: Path) -> None:
+    faults = [
+        FaultSpec(channel="ops", error="Forbidden", count=2),
+        FaultSpec(channel="ops", error="Unreachable"),
+    ]
+    provider = quiet(tmp_path, faults=faults)
+    assert provider.pending_faults("ops") == 3
+    for expected in (Forbidden, Forbidden, Unreachable):
+        with pytest.raises(expected):
+            await provider.post("ops", "x")
+    await provider.post("ops", "finally")
+
+
+async def test_block_makes_sends_forbidden_and_probe_false(tmp_path: Path) -> None:
+    provider = quiet(tmp_path, blocked=["ops"])
+    assert await provider.probe("ops") is False
+    assert await provider.probe("dev") is True
+    with pytest.raises(Forbidden):
+        await provider.post("ops", "x")
+    provider.unblock("ops")
+    assert await provider.probe("ops") is True
+    ref = await provider.post("ops", "x")
+    provider.block("ops")
+    with pytest.raises(Forbidden):
+        await provider.edit(ref, "y")
+
+
+async def test_editing_an_unknown_message_is_not_found(tmp_path: Path) -> None:
+    provider = quiet(tmp_path)
+    with pytest.raises(NotFound):
+        await provider.edit(MessageRef(channel="ops", message_id="nope"), "x")
+    ref = await provider.post("ops", "x")
+    with pytest.raises(NotFound):  # the right id in the wrong channel
+        await provider.edit(MessageRef(channel="dev", message_id=ref.message_id), "x")
+
+
+async def test_too_long_and_closed_are_provider_errors(tmp_path: Path) -> None:
+    provider = quiet(tmp_path)
+    with pytest.raises(ProviderError, match="exceeds the console's max_length 4000"):
+        await provider.post("ops", "x" * 4001)
+    await provider.aclose()
+    with pytest.raises(Unreachable):
+        await provider.post("ops", "x")
+
+
+async def test_rendering_prints_text_literally_and_marks_edits() -> None:
+    out = io.StringIO()
+    provider = ConsoleProvider(ConsoleSettings(width=200, color=False), output=out)
+    ref = await provider.post("ops", "[bold red]not markup[/] @everyone")
+    await provider.edit(ref, "second version")
+    provider.script_fault("ops", RateLimited(retry_after=1.0))
+    with pytest.raises(RateLimited):
+        await provider.post("ops", "z")
+    text = out.getvalue()
+    assert "#ops" in text and ref.message_id in text
+    assert "[bold red]not markup[/] @everyone" in text
+    assert f"✎ {ref.message_id} (edit 1) second version" in text
+    assert "post failed: RateLimited" in text
+    assert provider.escape("@everyone look") == "@\u200beveryone look"
+
+
+async def _collect(provider: ConsoleProvider) -> list[InboundMessage]:
+    received: list[InboundMessage] = []
+
+    async def sink(message: InboundMessage) -> None:
+        received.append(message)
+
+    await provider.receive(sink)
+    return received
+
+
+async def test_inbound_lines_from_a_file_become_messages(tmp_path: Path) -> None:
+    source = tmp_path / "typed.txt"
+    source.write_text("hello there\n\n#dev deploy please\nthird 🚀\n")
+    provider = ConsoleProvider(
+        ConsoleSettings(
+            output="none", inbound=str(source), inbound_channel="ops", inbound_author="ana"
+        ),
+        profile="term",
+    )
+    received = await _collect(provider)
+    assert [(m.channel, m.text) for m in received] == [
+        ("ops", "hello there"),
+        ("dev", "deploy please"),
+        ("ops", "third 🚀"),
+    ]
+    assert {m.author for m in received} == {"ana"}
+    assert {(m.platform, m.profile, m.author_is_bot) for m in received} == {
+        ("console", "term", False)
+    }
+    assert len({m.message_id for m in received}) == 3
+
+
+async def test_inbound_from_standard_input() -> None:
+    provider = ConsoleProvider(
+        ConsoleSettings(output="none", inbound="-"), stdin=io.StringIO("one\ntwo\n")
+    )
+    assert [m.text for m in await _collect(provider)] == ["one", "two"]
+    assert await _collect(ConsoleProvider(ConsoleSettings(output="none"))) == []
+
+
+async def test_the_registered_factory_builds_a_console_provider(tmp_path: Path) -> None:
+    console_type = create_plugin_manager(load_entry_points=False).providers.get("console")
+    settings = console_type.settings_model.model_validate(
+        {"output": "none", "transcript": str(tmp_path / "f.jsonl")}
+    )
+    provider = console_type.factory(settings, ProviderContext(profile="p1"))
+    assert isinstance(provider, ChatProvider) and isinstance(provider, ConsoleProvider)
+    async with provider:
+        await provider.post("ops", "via the factory")
+    assert transcript(tmp_path / "f.jsonl")[0]["text"] == "via the factory"
+
+
+async def test_settings_budget_sets_the_instance_budget() -> None:
+    provider = ConsoleProvider(ConsoleSettings(output="none", budget="teams"))
+    assert provider.budget.burst == 7
