@@ -93,19 +93,17 @@ def configure_logging(
     stream: TextIO | None = None,
     secrets: Iterable[str] = (),
 ) -> SecretRedactor:
-    """Install one handler on the root logger (replacing ones installed before by this function).
+    """Install one handler on the root logger, replacing the handlers it had (the CLI's default).
 
     Returns the redactor so secrets learnt later (a profile's token) can be added to it.
     """
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if getattr(handler, "_bridge_core", False):
-            root.removeHandler(handler)
+        root.removeHandler(handler)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else _TextFormatter())
     redactor = SecretRedactor(secrets)
     handler.addFilter(redactor)
-    handler._bridge_core = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
     # aiohttp's access log is one line per request: too loud for a gateway taking event batches.

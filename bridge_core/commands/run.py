@@ -1,0 +1,96 @@
+"""``chatbridge run``: serve the configured channels until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import anyio
+import click
+
+from bridge_core.commands import config_option, load_cli_config
+from bridge_core.runtime.agents import AgentLoadError
+from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
+from bridge_core.runtime.logs import configure_logging
+from bridge_core.runtime.serve import config_secrets, serve
+
+__all__ = ["command"]
+
+
+@click.command("run")
+@config_option
+@click.option("--host", default=None, help="Listen on this address (default: [api] host).")
+@click.option("--port", type=int, default=None, help="Listen on this port (0: any free port).")
+@click.option(
+    "--events",
+    "events",
+    default=None,
+    metavar="PATH|-",
+    help="Also read fleet events as JSON lines from a file (followed as it grows) or - (stdin).",
+)
+@click.option(
+    "--agent",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="The agent for channels that name none in the config.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds to finish in-flight sends on SIGTERM.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write {url, pid, id} as JSON here once serving (for supervisors and tests).",
+)
+@click.option("--gateway-id", default=None, help="This process's id (default host:pid).")
+@click.option(
+    "--settle", type=float, default=1.0, show_default=True, help="Agent group settle delay (s)."
+)
+@click.option(
+    "--heartbeat", type=float, default=1.0, show_default=True, help="Agent group heartbeat (s)."
+)
+def command(
+    config_path: Path | None,
+    host: str | None,
+    port: int | None,
+    events: str | None,
+    agent: str | None,
+    grace: float,
+    log_format: str,
+    log_level: str,
+    ready_file: Path | None,
+    gateway_id: str | None,
+    settle: float,
+    heartbeat: float,
+) -> None:
+    """Serve the configured channels: notifications, replies and the HTTP API."""
+    config = load_cli_config(config_path)
+    configure_logging(
+        fmt="json" if log_format == "json" else "text",
+        level=log_level.upper(),
+        secrets=config_secrets(config),
+    )
+    options = GatewayOptions(
+        host=host,
+        port=port,
+        grace=grace,
+        gateway_id=gateway_id,
+        settle=settle,
+        heartbeat=heartbeat,
+        default_agent=agent,
+    )
+    try:
+        gateway = Gateway(config, options=options)
+        anyio.run(lambda: serve(gateway, events=events, ready_file=ready_file), backend="asyncio")
+    except (GatewayError, AgentLoadError) as exc:
+        logging.getLogger("bridge_core.runtime").error("%s", exc)
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,158 @@
+"""One configured channel inside the gateway: its sender, its notifier, its agent group member,
+and the reply path that joins them.
+
+The reply path, for each turn this gateway owns::
+
+    agent(turn, history) -> text          (AgentBusy -> a busy notice takes the reply's place)
+    ledger.record(reply)                  the row first: the reply now survives a crash
+    member.record_frame(turn, obligation) the turn is answered in the log
+    ledger.deliver_now(row)               through this channel's sender (shared budget)
+
+The obligation id is derived from the turn's platform message id, so a crash between the row and
+the frame makes the turn be answered again after the restart (no frame follows it) while the
+ledger, finding the id recorded, delivers nothing twice; two gateways answering one turn deliver
+one reply for the same reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bridge_core.config import ChannelConfig
+from bridge_core.conversation import Frame, Turn
+from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.ledger import MARKER_HEADROOM, Reply
+from bridge_core.ledger.model import Obligation, State
+from bridge_core.ownership import AgentBusy, AgentGroupMember, ConversationLog
+from bridge_core.provider import ChatProvider
+from bridge_core.runtime.agents import BUSY_NOTICE, Agent
+from bridge_core.runtime.metrics import GatewayMetrics
+from bridge_core.sending import ChannelSender
+from bridge_core.text import prepare
+
+__all__ = ["ChannelRuntime", "EventFilter", "LedgerLike", "NotifierLike", "split_reply"]
+
+log = logging.getLogger("bridge_core.runtime.channel")
+
+
+class NotifierLike(Protocol):
+    """What the gateway needs from a channel's notifier (``bridge_core.notify``)."""
+
+    def handle(self, event: FleetEvent) -> None: ...
+
+    async def run(self) -> None: ...
+
+
+class LedgerLike(Protocol):
+    async def record(self, reply: Reply) -> Obligation: ...
+
+    async def deliver_now(self, row: Obligation) -> Obligation: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """A channel's filters: the kinds it is notified of, and the workspaces (None: all)."""
+
+    kinds: frozenset[str] | None = None
+    workspaces: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, config: ChannelConfig) -> EventFilter:
+        return cls(
+            kinds=frozenset(config.kinds) if config.kinds is not None else None,
+            workspaces=frozenset(config.workspaces) if config.workspaces is not None else None,
+        )
+
+    def passes(self, event: FleetEvent) -> bool:
+        if isinstance(event, UnknownEvent):
+            return False
+        if self.kinds is not None and event.kind not in self.kinds:
+            return False
+        return self.workspaces is None or event.workspace in self.workspaces
+
+
+def split_reply(text: str, provider: ChatProvider) -> tuple[str, ...]:
+    """Escape, then chunk at the provider's maximum, leaving room for the recovery marker."""
+    caps = provider.capabilities
+    room = max(1, caps.max_length - MARKER_HEADROOM)
+    return tuple(prepare(text, escape=provider.escape, max_length=room, unit=caps.length_unit))
+
+
+@dataclass
+class ChannelRuntime:
+    """A configured channel; built by the gateway, which runs its tasks."""
+
+    name: str
+    config: ChannelConfig
+    profile: str
+    platform: str
+    provider: ChatProvider
+    sender: ChannelSender
+    metrics: GatewayMetrics
+    filter: EventFilter
+    notifier: NotifierLike | None = None
+    log: ConversationLog | None = None
+    member: AgentGroupMember | None = None
+    agent: Agent | None = None
+    ledger: LedgerLike | None = field(default=None, repr=False)
+    answered: int = 0
+
+    @property
+    def channel_id(self) -> str:
+        return self.config.channel_id
+
+    @property
+    def thread(self) -> str | None:
+        return self.config.thread
+
+    def offer(self, event: FleetEvent) -> None:
+        """Hand an event to the notifier if this gateway runs it and the filters pass it."""
+        if self.notifier is not None and self.filter.passes(event):
+            self.notifier.handle(event)
+
+    # ------------------------------------------------------------------ replies
+
+    async def answer(self, turn: Turn, history: Sequence[Turn | Frame]) -> None:
+        """``AgentGroupMember.on_turn``: run the agent and deliver its reply (AgentBusy escapes
+        to the member, which calls ``busy``)."""
+        assert self.agent is not None
+        text = await self.agent(turn, history)
+        if not isinstance(text, str) or not text.strip():
+            log.warning(
+                "agent of channel %s returned %r for turn %s; nothing to send",
+                self.name,
+                text,
+                turn.message_id,
+            )
+            text = "(the agent returned an empty reply)"
+        await self._reply(turn, text)
+
+    async def busy(self, turn: Turn, error: AgentBusy) -> None:
+        """``AgentGroupMember.on_busy``: the busy notice is this turn's reply."""
+        self.metrics.busy_notices.labels(self.name).inc()
+        await self._reply(turn, error.notice or BUSY_NOTICE)
+
+    async def _reply(self, turn: Turn, text: str) -> None:
+        assert self.ledger is not None and self.member is not None
+        reply = Reply.answering(
+            profile=self.profile,
+            platform=self.platform,
+            channel=turn.channel,
+            answers=turn.message_id,
+            text=text,
+            thread=turn.thread or self.thread,
+            reply_to=turn.message_id,
+            chunks=split_reply(text, self.provider),
+        )
+        row = await self.ledger.record(reply)
+        await self.member.record_frame(turn, reply.obligation_id)
+        self.answered += 1
+        self.metrics.turns_answered.labels(self.name).inc()
+        # A row recorded before (a crash between row and frame, another gateway answering the
+        # same turn) may be in anyone's hands: the claim's compare-and-swap on the fence lets
+        # exactly one sender through, and a row already attempted is the sweeps' work.
+        if row.state is State.PENDING and row.attempts == 0:
+            await self.ledger.deliver_now(row)

@@ -1,0 +1,458 @@
+"""The gateway: one process serving every configured channel.
+
+``Gateway(config).run()`` (or ``async with Gateway(config) as gw``) builds a provider per bot
+profile, a ``ChannelSender`` per channel, the delivery ledger (its boot sweep runs before anything
+is served), per channel the notifier and an agent group member handing owned turns to the
+configured agent, and the HTTP API; then serves until ``stop()``.
+
+Shutdown (``stop()``, which the CLI calls on SIGTERM/SIGINT): new work is refused (the API answers
+503), inbound and event sources stop, members finish their in-flight turns and leave, and the
+senders get until the grace period ends to finish what they are sending; whatever is left stays in
+the ledger for the next start. ``run()`` then returns normally.
+
+Exception hierarchy::
+
+    GatewayError          the gateway cannot start as configured (message says how to fix it)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from aiohttp import web
+from anyio.abc import TaskGroup, TaskStatus
+
+from bridge_core.config import BridgeConfig, ProfileConfig
+from bridge_core.conversation import obligation_id
+from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.hookspecs import ProviderContext
+from bridge_core.ledger import DeliveryLedger, DisabledLedger, Reply, Schedule, open_store
+from bridge_core.ledger.model import Delivery, State
+from bridge_core.ledger.store import LedgerStore
+from bridge_core.ownership import AgentGroupMember, open_conversation_log
+from bridge_core.provider import (
+    UNLIMITED_BUDGET,
+    ChatProvider,
+    InboundMessage,
+    MessageRef,
+    Unreachable,
+)
+from bridge_core.runtime.agents import Agent, load_agent
+from bridge_core.runtime.channel import ChannelRuntime, EventFilter, split_reply
+from bridge_core.runtime.http_api import (
+    ApiError,
+    Health,
+    MessageReceipt,
+    MessageRequest,
+    ShuttingDown,
+    build_app,
+)
+from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
+from bridge_core.sending import ChannelSender, Post, Priority
+
+__all__ = ["Gateway", "GatewayError", "GatewayOptions", "check_bind"]
+
+log = logging.getLogger("bridge_core.runtime")
+
+
+class GatewayError(Exception):
+    """The gateway cannot start as configured."""
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond loopback without a bearer token."""
+    if token or _is_loopback(host):
+        return
+    raise GatewayError(
+        f"refusing to listen on {host!r} without an API token: anyone who can reach this address "
+        "could post events and messages to your channels. Set a token in the config "
+        '([api] token = { env = "CHATBRIDGE_API_TOKEN" }) or listen on 127.0.0.1 only'
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOptions:
+    """How to run (the config says what to serve). ``None`` means the config's value."""
+
+    host: str | None = None
+    port: int | None = None
+    http: bool = True
+    grace: float = 10.0
+    gateway_id: str | None = None
+    settle: float = 1.0
+    heartbeat: float = 1.0
+    expiry: float | None = None
+    lookback: float = 3600.0
+    ledger_schedule: Schedule | None = None
+    key_prefix: str = "bridge"
+    default_agent: str | None = None  # for channels without an ``agent`` of their own
+
+
+class Gateway:
+    """See the module docstring. ``providers`` and ``agents`` (by profile / channel name) replace
+    what the config would build, for embedding and the demo."""
+
+    def __init__(
+        self,
+        config: BridgeConfig,
+        *,
+        options: GatewayOptions | None = None,
+        providers: Mapping[str, ChatProvider] | None = None,
+        agents: Mapping[str, Agent] | None = None,
+    ) -> None:
+        self.config = config
+        self.options = options or GatewayOptions()
+        self.gateway_id = self.options.gateway_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.metrics = GatewayMetrics()
+        self.channels: dict[str, ChannelRuntime] = {}
+        self.providers: dict[str, ChatProvider] = dict(providers or {})
+        self._given_providers = frozenset(self.providers)
+        self._agents = dict(agents or {})
+        self._by_platform: dict[tuple[str, str], ChannelRuntime] = {}
+        self._connected: set[str] = set()
+        self._ledger: DeliveryLedger | DisabledLedger | None = None
+        self._store: LedgerStore | None = None
+        self._accepting = False
+        self._stop = anyio.Event()
+        self._task_group: TaskGroup | None = None
+        self.ready = anyio.Event()
+        self.url: str | None = None
+        api = self.config.api
+        self.host = self.options.host or api.host
+        self.port = api.port if self.options.port is None else self.options.port
+        self.token = api.token.get_secret_value() if api.token is not None else None
+        check_bind(self.host, self.token)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Stop taking new work and shut down within the grace period (idempotent)."""
+        self._accepting = False
+        self._stop.set()
+
+    async def __aenter__(self) -> Gateway:
+        self._outer = anyio.create_task_group()
+        await self._outer.__aenter__()
+        self._outer.start_soon(self.run)
+        await self.ready.wait()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        self.stop()
+        return await self._outer.__aexit__(*exc_info)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop()``; returns after the graceful shutdown."""
+        async with AsyncExitStack() as stack:
+            await self._build(stack)
+            async with anyio.create_task_group() as core:
+                self._task_group = core
+                for channel in self.channels.values():
+                    core.start_soon(channel.sender.run)
+                    if channel.notifier is not None:
+                        core.start_soon(channel.notifier.run)
+                assert self._ledger is not None
+                report = await self._ledger.boot_sweep()
+                log.info("ledger boot sweep: %s", report)
+                await core.start(self._ledger.run)
+                async with anyio.create_task_group() as members:
+                    for channel in self.channels.values():
+                        if channel.member is not None:
+                            members.start_soon(channel.member.run)
+                    async with anyio.create_task_group() as intake:
+                        for profile, provider in self.providers.items():
+                            intake.start_soon(self._receive, profile, provider)
+                        if self.options.http:
+                            await self._serve_http(stack)
+                        self._accepting = True
+                        self.ready.set()
+                        task_status.started()
+                        log.info(
+                            "gateway %s serving %d channel(s)%s",
+                            self.gateway_id,
+                            len(self.channels),
+                            f" on {self.url}" if self.url else "",
+                        )
+                        await self._stop.wait()
+                        self._accepting = False
+                        intake.cancel_scope.cancel()
+                    deadline = anyio.current_time() + self.options.grace
+                    log.info("stopping: finishing in-flight work (grace %.1fs)", self.options.grace)
+                    for channel in self.channels.values():
+                        if channel.member is not None:
+                            channel.member.stop()
+                    members.cancel_scope.deadline = deadline
+                with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                    # the sender offers no "became idle" event; a short poll bounds the wait
+                    while not all(c.sender.idle for c in self.channels.values()):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                unfinished = sum(c.sender.queued for c in self.channels.values())
+                if unfinished:
+                    log.warning("grace period over: %d queued send(s) dropped", unfinished)
+                core.cancel_scope.cancel()
+        log.info("gateway %s stopped", self.gateway_id)
+
+    # ------------------------------------------------------------------ building
+
+    async def _build(self, stack: AsyncExitStack) -> None:
+        config = self.config
+        for name, profile in config.profiles.items():
+            if name not in self.providers:
+                self.providers[name] = self._make_provider(name, profile)
+                stack.push_async_callback(self.providers[name].aclose)
+            self._connected.add(name)
+        stores = config.stores
+        if stores.delivery_ledger:
+            where = stores.ledger_url or str(stores.ledger_path)
+            self._store = await open_store(where)
+            stack.push_async_callback(self._store.aclose)
+            self._ledger = DeliveryLedger(
+                self._store,
+                deliver=self._deliver,
+                profiles=set(config.profiles) or {"-"},
+                connected=lambda platform: platform in self._connected_platforms(),
+                schedule=self.options.ledger_schedule,
+            )
+        else:
+            self._ledger = DisabledLedger(deliver=self._deliver)
+        log_target = self._log_target()
+        for name, channel_config in config.channels.items():
+            profile = config.profiles[channel_config.profile]
+            provider = self.providers[channel_config.profile]
+            platform = profile.provider_type.name if profile.provider_type else profile.provider
+            sender = ChannelSender(
+                provider,
+                channel=channel_config.channel_id,
+                budget=profile.send_budget or UNLIMITED_BUDGET,
+                thread=channel_config.thread,
+            )
+            runtime = ChannelRuntime(
+                name=name,
+                config=channel_config,
+                profile=channel_config.profile,
+                platform=platform,
+                provider=provider,
+                sender=sender,
+                metrics=self.metrics,
+                filter=EventFilter.of(channel_config),
+                ledger=self._ledger,
+            )
+            agent = self._agent_for(name, channel_config.agent)
+            if agent is not None:
+                runtime.agent = agent
+                runtime.log = await open_conversation_log(
+                    log_target,
+                    channel=channel_config.channel_id,
+                    key_prefix=self.options.key_prefix,
+                )
+                stack.push_async_callback(runtime.log.aclose)
+                runtime.member = AgentGroupMember(
+                    runtime.log,
+                    member_id=self.gateway_id,
+                    on_turn=runtime.answer,
+                    on_busy=runtime.busy,
+                    settle=self.options.settle,
+                    heartbeat=self.options.heartbeat,
+                    expiry=self.options.expiry,
+                    lookback=self.options.lookback,
+                    drain_timeout=self.options.grace,
+                )
+            self.channels[name] = runtime
+            self._by_platform[(channel_config.profile, channel_config.channel_id)] = runtime
+
+    def _make_provider(self, name: str, profile: ProfileConfig) -> ChatProvider:
+        if profile.provider_type is None:
+            raise GatewayError(f"profile {name!r}: provider {profile.provider!r} is not resolved")
+        return profile.provider_type.factory(profile.settings, ProviderContext(profile=name))
+
+    def _agent_for(self, channel: str, reference: str | None) -> Agent | None:
+        if channel in self._agents:
+            return self._agents[channel]
+        reference = reference or self.options.default_agent
+        return load_agent(reference) if reference else None
+
+    def _log_target(self) -> str:
+        stores = self.config.stores
+        if stores.membership_url is not None:
+            return stores.membership_url
+        if stores.ledger_path is not None:
+            return str(stores.ledger_path)
+        base = self.config.path.parent if self.config.path is not None else Path.cwd()
+        return str(base / "bridge-log.sqlite3")
+
+    def _connected_platforms(self) -> set[str]:
+        return {c.platform for c in self.channels.values() if c.profile in self._connected}
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _receive(self, profile: str, provider: ChatProvider) -> None:
+        async def sink(message: InboundMessage) -> None:
+            await self._admit(profile, message)
+
+        try:
+            await provider.receive(sink)
+        except Exception:
+            log.exception("provider of profile %s stopped receiving", profile)
+
+    async def _admit(self, profile: str, message: InboundMessage) -> None:
+        channel = self._by_platform.get((profile, message.channel))
+        if channel is None or channel.log is None:
+            log.debug("inbound message in %s/%s: no agent serves it", profile, message.channel)
+            return
+        if not message.profile or not message.platform:
+            message = dataclasses.replace(
+                message, profile=message.profile or profile, platform=channel.platform
+            )
+        turn = await channel.log.admit(message)
+        if turn is not None:
+            self.metrics.turns_admitted.labels(channel.name).inc()
+
+    # ------------------------------------------------------------------ delivery
+
+    async def _deliver(self, delivery: Delivery) -> MessageRef:
+        channel = self._by_platform.get((delivery.profile, delivery.channel))
+        if channel is None:
+            raise Unreachable(
+                f"no channel {delivery.channel!r} of profile {delivery.profile!r} is configured "
+                "in this gateway"
+            )
+        op = Post(delivery.text, thread=delivery.thread)
+        return await channel.sender.send(op, priority=Priority.TERMINAL)
+
+    # ------------------------------------------------------------------ the API backend
+
+    def channel_names(self) -> Sequence[str]:
+        return list(self.channels)
+
+    async def accept_events(self, events: Sequence[FleetEvent]) -> None:
+        if not self._accepting:
+            raise ShuttingDown()
+        for event in events:
+            kind = "Unknown" if isinstance(event, UnknownEvent) else event.kind
+            self.metrics.events_in.labels(kind).inc()
+            for channel in self.channels.values():
+                channel.offer(event)
+
+    async def accept_message(self, request: MessageRequest) -> MessageReceipt:
+        if not self._accepting:
+            raise ShuttingDown()
+        channel = self.channels.get(request.channel)
+        if channel is None:
+            raise ApiError(404, f"channel {request.channel!r} is not configured", field="channel")
+        answers = f"api:{request.idempotency_key or uuid.uuid4().hex}"
+        reply = Reply(
+            obligation_id=obligation_id(channel.profile, channel.channel_id, answers),
+            profile=channel.profile,
+            platform=channel.platform,
+            channel=channel.channel_id,
+            text=request.text,
+            thread=request.thread or channel.thread,
+            chunks=split_reply(request.text, channel.provider),
+        )
+        assert self._ledger is not None
+        if self._store is not None:
+            row, created = await self._store.record(reply, now=time.time())
+        else:
+            row, created = await self._ledger.record(reply), True
+        self.metrics.messages_accepted.labels(channel.name).inc()
+        if created and self._task_group is not None:
+            self._task_group.start_soon(self._ledger.deliver_now, row)
+        return MessageReceipt(obligation=row.id, duplicate=not created)
+
+    async def health(self) -> Health:
+        channels: dict[str, dict[str, Any]] = {}
+        for name, channel in self.channels.items():
+            sender = channel.sender
+            channels[name] = {
+                "healthy": sender.healthy,
+                "reason": sender.health_reason,
+                "profile": channel.profile,
+                "paused": sender.paused_until is not None,
+                "queued": sender.queued,
+                "notifier_here": channel.notifier is not None,
+            }
+        providers = {
+            name: {
+                "healthy": name in self._connected,
+                "provider": type(provider).__name__,
+            }
+            for name, provider in self.providers.items()
+        }
+        return Health(channels=channels, providers=providers)
+
+    async def ledger_counts(self) -> dict[str, int]:
+        if self._ledger is None:
+            return {}
+        counts = await self._ledger.counts_by_state()
+        return {State(state).value: n for state, n in counts.items()}
+
+    async def metrics_text(self) -> bytes:
+        snapshot = Snapshot(ledger_rows=await self.ledger_counts())
+        for name, channel in self.channels.items():
+            stats = channel.sender.stats
+            snapshot.sends[name] = stats.posts
+            snapshot.edits[name] = stats.edits
+            snapshot.rate_limit_pauses[name] = stats.rate_limit_pauses
+            snapshot.channel_healthy[name] = channel.sender.healthy
+            if channel.log is not None:
+                try:
+                    snapshot.group_members[name] = (await channel.log.stats()).members
+                except Exception as error:
+                    log.warning("metrics: members of %s unavailable: %r", name, error)
+        self.metrics.set_snapshot(snapshot)
+        return self.metrics.render()
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _serve_http(self, stack: AsyncExitStack) -> None:
+        routes = [
+            route
+            for profile, provider in self.providers.items()
+            for route in provider.http_routes(self._profile_sink(profile))
+        ]
+        app = build_app(
+            self,
+            token=self.token,
+            max_body=self.config.api.max_body_bytes,
+            provider_routes=routes,
+        )
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise GatewayError(
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}; choose another "
+                "port with [api] port or --port"
+            ) from exc
+        host, port = runner.addresses[0][:2]
+        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+
+    def _profile_sink(self, profile: str) -> Any:
+        async def sink(message: InboundMessage) -> None:
+            await self._admit(profile, message)
+
+        return sink
