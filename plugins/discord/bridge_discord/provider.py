@@ -56,6 +56,13 @@ CAPABILITIES = Capabilities(
 
 _SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
 
+_GATEWAY_AUTH_FAILED = 4004
+_GATEWAY_BAD_INTENTS = (4013, 4014)
+_INTENTS_ADVICE = (
+    "Discord refused the gateway intents: enable the message-content intent for the bot in "
+    "the developer portal, or set message_content_intent = false"
+)
+
 # discord.py refuses anything shorter; our own deadline is what actually bounds a call.
 _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
 
@@ -261,11 +268,16 @@ class DiscordProvider(ChatProvider):
         client.message_handler = handle
         try:
             await client.connect(reconnect=False)
-        except discord.PrivilegedIntentsRequired:
-            raise Unreachable(
-                "Discord refused the message-content intent: enable it for the bot in the "
-                "developer portal, or set message_content_intent = false"
+        except discord.ConnectionClosed as exc:
+            if exc.code == _GATEWAY_AUTH_FAILED:
+                raise Unreachable("Discord refused the bot token on the gateway") from None
+            if exc.code in _GATEWAY_BAD_INTENTS:
+                raise Unreachable(_INTENTS_ADVICE) from None
+            raise ConnectionLost(
+                f"Discord gateway closed the connection (close code {exc.code})"
             ) from None
+        except discord.PrivilegedIntentsRequired:
+            raise Unreachable(_INTENTS_ADVICE) from None
         except discord.LoginFailure:
             raise Unreachable("Discord refused the bot token on the gateway") from None
         except Exception as exc:

@@ -1,0 +1,288 @@
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import discord
+import pytest
+from bridge_discord import DiscordProvider, DiscordSettings
+
+from bridge_core import (
+    Forbidden,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.testing.fake_discord import FakeDiscord
+from bridge_core.testing.fake_platform import Reply
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_post_sends_content_nonce_and_no_mentions(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    ref = await provider.post(str(channel), "hello @everyone")
+    assert ref.channel == str(channel) and ref.thread is None
+    sent = fake.last("create_message")
+    assert sent.header("Authorization") == f"Bot {fake.token}"
+    body = sent.json
+    assert body["content"] == "hello @everyone"
+    assert body["allowed_mentions"] == {"parse": []}  # nobody may be pinged
+    assert body["enforce_nonce"] is True and 0 < len(body["nonce"]) <= 25
+    assert [m["id"] for m in fake.messages_in(channel)] == [ref.message_id]
+
+
+async def test_post_to_thread_and_edit(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int, thread: int
+) -> None:
+    ref = await provider.post(str(channel), "first", thread=str(thread))
+    assert ref == MessageRef(channel=str(channel), message_id=ref.message_id, thread=str(thread))
+    assert fake.last("create_message").path.endswith(f"/channels/{thread}/messages")
+    assert await provider.edit(ref, "second") == ref
+    edit = fake.last("edit_message")
+    assert edit.path.endswith(f"/channels/{thread}/messages/{ref.message_id}")
+    assert edit.json["content"] == "second"
+    assert fake.messages_in(thread)[0]["content"] == "second"
+
+
+async def test_lost_answer_resend_returns_first_message(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    # Discord applies the create but the answer is lost (500); discord.py resends on its own and
+    # the nonce makes the resend return the first message instead of posting a second.
+    fake.lose_responses(1)
+    ref = await provider.post(str(channel), "exactly once")
+    creates = fake.requests_to("create_message")
+    assert len(creates) == 2
+    assert creates[0].json["nonce"] == creates[1].json["nonce"]
+    assert [m["id"] for m in fake.messages_in(channel)] == [ref.message_id]
+
+
+async def test_each_post_has_its_own_nonce(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    first = await provider.post(str(channel), "same text")
+    second = await provider.post(str(channel), "same text")
+    assert first.message_id != second.message_id
+    nonces = {r.json["nonce"] for r in fake.requests_to("create_message")}
+    assert len(nonces) == 2
+
+
+async def test_short_429_is_absorbed_by_discord_py(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    fake.script("create_message", FakeDiscord.rate_limited(0.2))
+    ref = await provider.post(str(channel), "after a short wait")
+    assert fake.count("create_message") == 2
+    assert [m["id"] for m in fake.messages_in(channel)] == [ref.message_id]
+
+
+async def test_long_429_surfaces_with_retry_after(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    fake.script("create_message", FakeDiscord.rate_limited(90.0))
+    with pytest.raises(RateLimited) as caught:
+        await provider.post(str(channel), "too soon")
+    assert caught.value.retry_after == pytest.approx(90.0)
+    assert fake.count("create_message") == 1
+
+
+async def test_our_deadline_bounds_an_absorbed_429(
+    fake: FakeDiscord, make_settings: Callable[..., DiscordSettings], channel: int
+) -> None:
+    # 10 s is under discord.py's 30 s floor, so it would sleep; our 0.5 s deadline cuts it off
+    # and still reports the platform's retry-after.
+    fake.script("create_message", FakeDiscord.rate_limited(10.0))
+    async with DiscordProvider(make_settings(fake, call_deadline=0.5), profile="p") as provider:
+        started = time.monotonic()
+        with pytest.raises(RateLimited) as caught:
+            await provider.post(str(channel), "bounded")
+        assert time.monotonic() - started < 3.0
+    assert caught.value.retry_after == pytest.approx(10.0)
+
+
+async def test_429_without_via_reads_as_rate_limit(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    # Without Via discord.py takes a 429 for a Cloudflare block and raises at once.
+    blocked = Reply.text("error code: 1015", status=429, headers={"Retry-After": "120"})
+    fake.script("create_message", blocked)
+    with pytest.raises(RateLimited) as caught:
+        await provider.post(str(channel), "blocked")
+    assert caught.value.retry_after == pytest.approx(120.0)
+    assert fake.count("create_message") == 1
+
+
+async def test_platform_pacing_headers_are_honoured(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    # The fake allows 5 creates per 5 s per channel; discord.py reads X-RateLimit-* and waits
+    # rather than collecting 429s.
+    fake.channel_window = 1.0
+    for n in range(7):
+        await provider.post(str(channel), f"message {n}")
+    assert len(fake.messages_in(channel)) == 7
+    assert fake.rate_limited_creates == 0
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ({"visible": False}, Forbidden),
+        ({"can_send": False}, Forbidden),
+    ],
+)
+async def test_channel_access_errors(
+    fake: FakeDiscord,
+    provider: DiscordProvider,
+    channel: int,
+    setup: dict[str, bool],
+    expected: type[ProviderError],
+) -> None:
+    for key, value in setup.items():
+        setattr(fake.channels[channel], key, value)
+    with pytest.raises(expected, match="Discord refused post to channel"):
+        await provider.post(str(channel), "denied")
+
+
+async def test_archived_thread_is_forbidden(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int, thread: int
+) -> None:
+    fake.channels[thread].archived = True
+    with pytest.raises(Forbidden, match="archived"):
+        await provider.post(str(channel), "late", thread=str(thread))
+
+
+async def test_unknown_channel_is_unreachable(provider: DiscordProvider) -> None:
+    with pytest.raises(Unreachable, match="Unknown Channel"):
+        await provider.post("333333333333333333", "nobody home")
+
+
+async def test_non_numeric_channel_is_unreachable(
+    fake: FakeDiscord, provider: DiscordProvider
+) -> None:
+    with pytest.raises(Unreachable, match="not a Discord id"):
+        await provider.post("#general", "hi")
+    assert fake.count("create_message") == 0
+
+
+async def test_edit_of_deleted_message_is_not_found(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    ref = await provider.post(str(channel), "soon gone")
+    with fake.lock:
+        fake.channels[channel].message_ids.remove(int(ref.message_id))
+        del fake.messages[int(ref.message_id)]
+    with pytest.raises(NotFound, match="Unknown Message"):
+        await provider.edit(ref, "too late")
+
+
+async def test_too_many_old_edits_reads_as_not_found(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    ref = await provider.post(str(channel), "live")
+    # Discord answers 30046 (edits to a message older than an hour) with a 400; the live message
+    # is then best replaced by a new one, which is what NotFound tells the core.
+    fake.script("edit_message", FakeDiscord.error(400, 30046, "Maximum number of edits reached"))
+    with pytest.raises(NotFound, match="too many edits"):
+        await provider.edit(ref, "once more")
+
+
+async def test_server_error_is_transport(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    fake.script("create_message", FakeDiscord.error(503, 0, "Service Unavailable"))
+    with pytest.raises(TransportError, match="server error"):
+        await provider.post(str(channel), "later")
+    assert fake.messages_in(channel) == []
+
+
+async def test_dropped_connection_is_transport(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    await provider.post(str(channel), "warm up")  # login first, so the drop hits the create
+    fake.script("create_message", Reply.dropped())
+    with pytest.raises(TransportError):
+        await provider.post(str(channel), "into the void")
+
+
+async def test_over_long_text_is_refused_before_sending(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    with pytest.raises(Unreachable, match="chunk it"):
+        await provider.post(str(channel), "x" * 2001)
+    assert fake.count("create_message") == 0
+    # 2,000 UTF-16 units fit; an astral character counts twice.
+    await provider.post(str(channel), "x" * 2000)
+    with pytest.raises(Unreachable):
+        await provider.post(str(channel), "\N{GRINNING FACE}" * 1001)
+
+
+async def test_probe(fake: FakeDiscord, provider: DiscordProvider, channel: int) -> None:
+    assert await provider.probe(str(channel)) is True
+    fake.channels[channel].visible = False
+    assert await provider.probe(str(channel)) is False
+    assert await provider.probe("444444444444444444") is False
+
+
+async def test_wrong_token_is_unreachable_and_never_shown(
+    fake: FakeDiscord,
+    make_settings: Callable[..., DiscordSettings],
+    channel: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "wrong-token-that-must-not-leak"
+    async with DiscordProvider(make_settings(fake, token=secret), profile="p") as provider:
+        with pytest.raises(Unreachable) as caught:
+            await provider.post(str(channel), "hi")
+        assert secret not in repr(provider)
+    assert "token" in str(caught.value)
+    assert fake.count("create_message") == 0
+    for text in (str(caught.value), repr(caught.value), caplog.text):
+        assert secret not in text
+
+
+async def test_token_never_in_logs_reprs_or_settings(
+    fake: FakeDiscord,
+    provider: DiscordProvider,
+    make_settings: Callable[..., DiscordSettings],
+    channel: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    fake.script("create_message", FakeDiscord.error(503, 0, "Service Unavailable"))
+    with pytest.raises(TransportError) as caught:
+        await provider.post(str(channel), "x")
+    await provider.post(str(channel), "y")
+    settings = make_settings(fake)
+    for text in (repr(provider), repr(settings), str(settings), str(caught.value), caplog.text):
+        assert fake.token not in text
+
+
+async def test_two_providers_two_bases_do_not_leak(
+    fake: FakeDiscord, provider: DiscordProvider, make_settings: Callable[..., DiscordSettings]
+) -> None:
+    with FakeDiscord(token="other-token") as other:
+        other.add_channel(555_555_555_555_555_555)
+        fake_channel = next(iter(fake.channels))
+        async with DiscordProvider(make_settings(other), profile="other") as second:
+            await second.post("555555555555555555", "to the other one")
+            await provider.post(str(fake_channel), "to the first one")
+        assert other.count("create_message") == 1
+        assert fake.count("create_message") == 1
+    assert discord.http.Route.BASE == "https://discord.com/api/v10"
+
+
+def test_escape_breaks_mass_mentions(
+    fake: FakeDiscord, make_settings: Callable[..., DiscordSettings]
+) -> None:
+    provider = DiscordProvider(make_settings(fake), profile="p")
+    escaped = provider.escape("@everyone and @here, <@123>")
+    assert "@everyone" not in escaped and "@here" not in escaped
+    assert "<@123>" in escaped  # harmless with allowed_mentions none, and useful to read
