@@ -29,8 +29,8 @@ may be a duplicate) to ``delivery.channel`` / ``delivery.thread`` and returns th
 it raises ``ProviderError`` subclasses, read through ``bridge_core.provider.ERROR_TABLE``. The
 runtime chunks replies leaving ``MARKER_HEADROOM`` characters free in each part.
 ``DisabledLedger(deliver=...)`` has the same calls and records nothing (``delivery_ledger =
-false``). ``open_kv(...)`` (``bridge_core.ledger.kv``) gives providers' key-value store beside the
-ledger.
+false``). ``key_value_store(store)`` gives the providers' key-value store kept beside the ledger
+(``bridge_core.provider.KeyValueStore``).
 
 Rules (``docs/ledger-schedule.md`` has the table): first send at once; a transient failure is
 resent in process after 30 s, then 2 min; the third resend is left to the next start;
@@ -45,6 +45,7 @@ Exception hierarchy::
 from __future__ import annotations
 
 from bridge_core.ledger.engine import DeliveryLedger, DisabledLedger, SweepReport
+from bridge_core.ledger.kv import key_value_store
 from bridge_core.ledger.memory import MemoryBackend, MemoryLedgerStore
 from bridge_core.ledger.model import (
     Deliver,
@@ -85,5 +86,6 @@ __all__ = [
     "State",
     "SweepReport",
     "is_marked",
+    "key_value_store",
     "open_store",
 ]

@@ -122,6 +122,8 @@ class MemoryLedgerStore:
         row = self.backend.rows.get(obligation_id)
         if row is None or row.fence != fence or row.state.final:
             return None
+        if row.owner not in (None, self._owner) and row.owner in self.backend.live:
+            return None  # a live owner's row is never taken
         spends = row.attempts > 0 and not row.penalty
         return self._replace(
             row,

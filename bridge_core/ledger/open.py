@@ -21,7 +21,9 @@ async def open_store(
     text = str(location)
     store: LedgerStore
     if text.startswith(("postgresql://", "postgres://")):
-        raise LedgerError("the PostgreSQL ledger store is being written (issue 4); use SQLite")
+        from bridge_core.ledger.postgres import PostgresLedgerStore
+
+        store = PostgresLedgerStore(text, owner=owner, table_prefix=table_prefix)
     elif "://" in text and not text.startswith("sqlite://"):
         raise LedgerError(
             f"ledger location {text!r} is neither a file path nor a postgresql:// URL; "

@@ -45,13 +45,11 @@ def encode_refs(refs: Sequence[MessageRef]) -> str:
     )
 
 
-def decode_refs(stored: str) -> tuple[MessageRef, ...]:
+def decode_refs(stored: str | list[Any]) -> tuple[MessageRef, ...]:
     if not stored:
         return ()
-    return tuple(
-        MessageRef(channel, message_id, thread)
-        for channel, message_id, thread in json.loads(stored)
-    )
+    items = json.loads(stored) if isinstance(stored, str) else stored
+    return tuple(MessageRef(channel, message_id, thread) for channel, message_id, thread in items)
 
 
 def to_obligation(row: Sequence[Any]) -> Obligation:

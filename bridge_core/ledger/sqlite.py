@@ -89,11 +89,16 @@ class SQLiteLedgerStore:
         self.path = Path(path)
         self._me = current_owner()
         self._owner = owner if owner is not None else str(self._me)
-        self.writer = SQLiteWriter(str(self.path), setup=_setup)
+        self.writer = SQLiteWriter(str(self.path), setup=self._setup)
 
     @property
     def owner(self) -> str:
         return self._owner
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        _setup(conn)
+        # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
+        conn.create_function("owner_alive", 1, self._alive, deterministic=False)
 
     @property
     def location(self) -> str:
@@ -187,8 +192,9 @@ class SQLiteLedgerStore:
                 "resends = resends + CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
                 "penalty = 0, next_attempt_at = NULL, updated_at = ? "
                 "WHERE id = ? AND fence = ? AND state IN ('pending', 'attempting', 'failed') "
+                "AND (owner IS NULL OR owner = ? OR NOT owner_alive(owner)) "
                 f"RETURNING {COLUMNS}",
-                (me, now, obligation_id, fence),
+                (me, now, obligation_id, fence, me),
             ).fetchone()
             return None if found is None else to_obligation(found)
 

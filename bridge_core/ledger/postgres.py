@@ -1,0 +1,363 @@
+"""The shared ledger: PostgreSQL through psycopg 3 (async), for gateways on several hosts.
+
+An owner is host, process and start time with a lease in ``<prefix>owners``, renewed by
+``renew()`` (``DeliveryLedger.run`` calls it every sweep) and always compared with the
+database's clock (``clock_timestamp()``), never a host's. A row is claimable when its owner is
+this process, unset, or has no live lease; the claim re-checks that inside the same
+compare-and-swap that bumps the fence, so a live owner's rows are never taken and two claimers
+never both win. A clean ``aclose`` drops the lease at once so others may take over.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import psycopg
+
+from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
+from bridge_core.ledger.owner import current_owner
+from bridge_core.ledger.rows import (
+    COLUMNS,
+    encode_chunks,
+    encode_refs,
+    filters_sql,
+    scope_where,
+    to_obligation,
+)
+from bridge_core.ledger.store import Scope
+from bridge_core.provider import MessageRef
+
+__all__ = ["PostgresLedgerStore", "redact_url"]
+
+_PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresLedgerStore:
+    """Rows in ``<prefix>ledger``, leases in ``<prefix>owners``, providers' values in
+    ``<prefix>kv``. ``connections`` concurrent connections let PostgreSQL group their commits."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        owner: str | None = None,
+        table_prefix: str = "bridge_",
+        lease: float = 60.0,
+        connections: int = 4,
+    ) -> None:
+        if not _PREFIX.match(table_prefix):
+            raise ValueError(
+                f"table_prefix {table_prefix!r} must be lowercase letters, digits and _"
+            )
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        self.url = url
+        self.prefix = table_prefix
+        self.lease = lease
+        self._owner = owner if owner is not None else str(current_owner())
+        self._size = connections
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._free: anyio.Semaphore | None = None
+        p = table_prefix
+        self._t = f"{p}ledger"
+        self._owners = f"{p}owners"
+        self._live = f"SELECT owner FROM {p}owners WHERE lease_until >= clock_timestamp()"
+        self._select = f"SELECT {COLUMNS} FROM {p}ledger"
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @property
+    def location(self) -> str:
+        return redact_url(self.url)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._free is None:
+            raise LedgerError("the PostgreSQL ledger store is not open: call open() first")
+        async with self._free:
+            conn = self._idle.pop()
+            try:
+                yield conn
+            finally:
+                if conn.closed:
+                    conn = await self._connect()
+                self._idle.append(conn)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        except psycopg.Error as error:
+            raise LedgerError(
+                f"cannot connect to the ledger database {self.location}: {error}"
+            ) from error
+
+    async def open(self) -> None:
+        self._idle = [await self._connect() for _ in range(self._size)]
+        self._free = anyio.Semaphore(self._size)
+        p = self.prefix
+        async with self.connection() as conn, conn.transaction():
+            # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise them.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (p + "ledger",))
+            await conn.execute(
+                f"""
+                CREATE TABLE IF NOT EXISTS {p}ledger (
+                    id TEXT PRIMARY KEY,
+                    profile TEXT NOT NULL,
+                    platform TEXT NOT NULL,
+                    channel TEXT NOT NULL,
+                    thread TEXT,
+                    reply_to TEXT,
+                    text TEXT NOT NULL,
+                    chunks TEXT NOT NULL DEFAULT '',
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    resends INTEGER NOT NULL DEFAULT 0,
+                    fence BIGINT NOT NULL DEFAULT 0,
+                    owner TEXT,
+                    created_at DOUBLE PRECISION NOT NULL,
+                    updated_at DOUBLE PRECISION NOT NULL,
+                    next_attempt_at DOUBLE PRECISION,
+                    last_error TEXT,
+                    penalty BOOLEAN NOT NULL DEFAULT FALSE,
+                    delivered JSONB NOT NULL DEFAULT '[]'
+                )"""
+            )
+            await conn.execute(
+                f"CREATE INDEX IF NOT EXISTS {p}ledger_open ON {p}ledger (created_at, id) "
+                "WHERE state IN ('pending', 'attempting', 'failed')"
+            )
+            await conn.execute(
+                f"CREATE INDEX IF NOT EXISTS {p}ledger_state_updated "
+                f"ON {p}ledger (state, updated_at)"
+            )
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {p}owners "
+                "(owner TEXT PRIMARY KEY, lease_until TIMESTAMPTZ NOT NULL)"
+            )
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {p}kv (namespace TEXT NOT NULL, key TEXT NOT NULL, "
+                "value BYTEA NOT NULL, PRIMARY KEY (namespace, key))"
+            )
+        await self.renew()
+
+    async def renew(self) -> None:
+        async with self.connection() as conn:
+            await conn.execute(
+                f"INSERT INTO {self._owners} (owner, lease_until) "
+                "VALUES (%s, clock_timestamp() + make_interval(secs => %s)) "
+                "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until",
+                (self._owner, self.lease),
+            )
+
+    async def aclose(self) -> None:
+        if self._free is None:
+            return
+        try:
+            async with self.connection() as conn:
+                await conn.execute(f"DELETE FROM {self._owners} WHERE owner = %s", (self._owner,))
+        finally:
+            for conn in self._idle:
+                await conn.close()
+            self._idle = []
+            self._free = None
+
+    async def _one(self, sql: str, params: Any) -> Any:
+        async with self.connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchone()
+
+    async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
+        created = await self._one(
+            f"INSERT INTO {self._t} (id, profile, platform, channel, thread, reply_to, text, "
+            "chunks, state, owner, created_at, updated_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s) "
+            f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
+            (
+                reply.obligation_id,
+                reply.profile,
+                reply.platform,
+                reply.channel,
+                reply.thread,
+                reply.reply_to,
+                reply.text,
+                encode_chunks(reply.text, reply.chunks),
+                self._owner,
+                now,
+                now,
+            ),
+        )
+        if created is not None:
+            return to_obligation(created), True
+        existing = await self.get(reply.obligation_id)
+        if existing is None:  # recorded and purged between the two statements
+            return await self.record(reply, now=now)
+        return existing, False
+
+    async def get(self, obligation_id: str) -> Obligation | None:
+        found = await self._one(f"{self._select} WHERE id = %s", (obligation_id,))
+        return None if found is None else to_obligation(found)
+
+    async def candidates(self, scope: Scope, *, now: float) -> list[Obligation]:
+        where, params = scope_where(
+            scope,
+            now=now,
+            me=self._owner,
+            dead_sql=f"owner IS NULL OR owner NOT IN ({self._live})",
+            dead_params=(),
+            ph="%s",
+        )
+        async with self.connection() as conn:
+            cursor = await conn.execute(f"{self._select} WHERE {where}", params)
+            return [to_obligation(row) for row in await cursor.fetchall()]
+
+    async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
+        found = await self._one(
+            f"UPDATE {self._t} SET state = 'attempting', owner = %s, fence = fence + 1, "
+            "attempts = attempts + 1, "
+            "resends = resends + CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
+            "penalty = FALSE, next_attempt_at = NULL, updated_at = %s "
+            "WHERE id = %s AND fence = %s AND state IN ('pending', 'attempting', 'failed') "
+            f"AND (owner IS NULL OR owner = %s OR owner NOT IN ({self._live})) "
+            f"RETURNING {COLUMNS}",
+            (self._owner, now, obligation_id, fence, self._owner),
+        )
+        return None if found is None else to_obligation(found)
+
+    async def abandon(
+        self, obligation_id: str, *, fence: int, now: float, reason: str
+    ) -> Obligation | None:
+        found = await self._one(
+            f"UPDATE {self._t} SET state = 'abandoned', fence = fence + 1, last_error = %s, "
+            "next_attempt_at = NULL, penalty = FALSE, updated_at = %s "
+            "WHERE id = %s AND fence = %s AND state IN ('pending', 'attempting', 'failed') "
+            f"RETURNING {COLUMNS}",
+            (reason, now, obligation_id, fence),
+        )
+        return None if found is None else to_obligation(found)
+
+    async def _held(
+        self, sql_set: str, params: tuple[Any, ...], obligation_id: str, fence: int
+    ) -> bool:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                f"UPDATE {self._t} SET {sql_set} "
+                "WHERE id = %s AND fence = %s AND owner = %s AND state = 'attempting'",
+                (*params, obligation_id, fence, self._owner),
+            )
+            return cursor.rowcount == 1
+
+    async def progress(
+        self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
+    ) -> bool:
+        return await self._held(
+            "updated_at = %s, delivered = delivered || %s::jsonb",
+            (now, encode_refs([ref])),
+            obligation_id,
+            fence,
+        )
+
+    async def settle(
+        self,
+        obligation_id: str,
+        *,
+        fence: int,
+        state: State,
+        now: float,
+        next_attempt_at: float | None = None,
+        penalty: bool = False,
+        last_error: str | None = None,
+        ref: MessageRef | None = None,
+    ) -> bool:
+        return await self._held(
+            "updated_at = %s, state = %s, next_attempt_at = %s, penalty = %s, "
+            "last_error = COALESCE(%s, last_error), delivered = delivered || %s::jsonb",
+            (
+                now,
+                state.value,
+                next_attempt_at,
+                penalty,
+                last_error,
+                encode_refs([] if ref is None else [ref]),
+            ),
+            obligation_id,
+            fence,
+        )
+
+    async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:
+        counts = dict.fromkeys(State, 0)
+        async with self.connection() as conn:
+            if profiles is None:
+                cursor = await conn.execute(f"SELECT state, count(*) FROM {self._t} GROUP BY state")
+            else:
+                cursor = await conn.execute(
+                    f"SELECT state, count(*) FROM {self._t} WHERE profile = ANY(%s) GROUP BY state",
+                    (sorted(profiles),),
+                )
+            for state, count in await cursor.fetchall():
+                counts[State(state)] = int(count)
+        return counts
+
+    async def rows(
+        self,
+        *,
+        states: Collection[State] | None = None,
+        channel: str | None = None,
+        created_before: float | None = None,
+        created_after: float | None = None,
+        limit: int = 100,
+    ) -> list[Obligation]:
+        where, params = filters_sql(states, channel, created_before, created_after, ph="%s")
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                f"{self._select}{where} ORDER BY created_at DESC, id DESC LIMIT %s",
+                (*params, limit),
+            )
+            return [to_obligation(row) for row in await cursor.fetchall()]
+
+    async def retry(self, obligation_id: str, *, now: float) -> Obligation | None:
+        found = await self._one(
+            f"UPDATE {self._t} SET state = 'pending', fence = fence + 1, resends = 0, "
+            "created_at = %s, updated_at = %s, next_attempt_at = NULL, penalty = FALSE, "
+            f"owner = NULL WHERE id = %s AND state = 'abandoned' RETURNING {COLUMNS}",
+            (now, now, obligation_id),
+        )
+        return None if found is None else to_obligation(found)
+
+    async def purge(self, *, states: Collection[State], created_before: float | None = None) -> int:
+        final = [state for state in states if state.final]
+        if not final:
+            return 0
+        where, params = filters_sql(final, None, created_before, None, ph="%s")
+        async with self.connection() as conn:
+            cursor = await conn.execute(f"DELETE FROM {self._t}{where}", params)
+            return cursor.rowcount
+
+    async def prune(self, *, delivered_before: float) -> int:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                f"DELETE FROM {self._t} WHERE state = 'delivered' AND updated_at < %s",
+                (delivered_before,),
+            )
+            return cursor.rowcount
+
+    async def drop_tables(self) -> None:
+        """Remove this prefix's tables (tests and benchmarks clean up with it)."""
+        async with self.connection() as conn:
+            for table in ("ledger", "owners", "kv"):
+                await conn.execute(f"DROP TABLE IF EXISTS {self.prefix}{table}")
