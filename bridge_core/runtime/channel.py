@@ -23,7 +23,7 @@ from typing import Protocol
 
 from bridge_core.config import ChannelConfig
 from bridge_core.conversation import Frame, Turn
-from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.events import FleetEvent
 from bridge_core.ledger import MARKER_HEADROOM, Reply
 from bridge_core.ledger.model import Obligation, State
 from bridge_core.ownership import AgentBusy, AgentGroupMember, ConversationLog
@@ -33,45 +33,26 @@ from bridge_core.runtime.metrics import GatewayMetrics
 from bridge_core.sending import ChannelSender
 from bridge_core.text import prepare
 
-__all__ = ["ChannelRuntime", "EventFilter", "LedgerLike", "NotifierLike", "split_reply"]
+__all__ = ["ChannelRuntime", "LedgerLike", "NotifierLike", "split_reply"]
 
 log = logging.getLogger("bridge_core.runtime.channel")
 
 
 class NotifierLike(Protocol):
-    """What the gateway needs from a channel's notifier (``bridge_core.notify``)."""
+    """What the gateway needs from a channel's notifier (``bridge_core.notify.Notifier``)."""
 
     def handle(self, event: FleetEvent) -> None: ...
 
     async def run(self) -> None: ...
+
+    @property
+    def idle(self) -> bool: ...
 
 
 class LedgerLike(Protocol):
     async def record(self, reply: Reply) -> Obligation: ...
 
     async def deliver_now(self, row: Obligation) -> Obligation: ...
-
-
-@dataclass(frozen=True, slots=True)
-class EventFilter:
-    """A channel's filters: the kinds it is notified of, and the workspaces (None: all)."""
-
-    kinds: frozenset[str] | None = None
-    workspaces: frozenset[str] | None = None
-
-    @classmethod
-    def of(cls, config: ChannelConfig) -> EventFilter:
-        return cls(
-            kinds=frozenset(config.kinds) if config.kinds is not None else None,
-            workspaces=frozenset(config.workspaces) if config.workspaces is not None else None,
-        )
-
-    def passes(self, event: FleetEvent) -> bool:
-        if isinstance(event, UnknownEvent):
-            return False
-        if self.kinds is not None and event.kind not in self.kinds:
-            return False
-        return self.workspaces is None or event.workspace in self.workspaces
 
 
 def split_reply(text: str, provider: ChatProvider) -> tuple[str, ...]:
@@ -92,7 +73,6 @@ class ChannelRuntime:
     provider: ChatProvider
     sender: ChannelSender
     metrics: GatewayMetrics
-    filter: EventFilter
     notifier: NotifierLike | None = None
     log: ConversationLog | None = None
     member: AgentGroupMember | None = None
@@ -108,9 +88,14 @@ class ChannelRuntime:
     def thread(self) -> str | None:
         return self.config.thread
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing held by the notifier, queued or in flight at the sender."""
+        return self.sender.idle and (self.notifier is None or self.notifier.idle)
+
     def offer(self, event: FleetEvent) -> None:
-        """Hand an event to the notifier if this gateway runs it and the filters pass it."""
-        if self.notifier is not None and self.filter.passes(event):
+        """Hand an event to the notifier if this gateway runs it (it applies the filters)."""
+        if self.notifier is not None:
             self.notifier.handle(event)
 
     # ------------------------------------------------------------------ replies

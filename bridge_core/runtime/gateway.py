@@ -41,6 +41,7 @@ from bridge_core.hookspecs import ProviderContext
 from bridge_core.ledger import DeliveryLedger, DisabledLedger, Reply, Schedule, open_store
 from bridge_core.ledger.model import Delivery, State
 from bridge_core.ledger.store import LedgerStore
+from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.ownership import AgentGroupMember, open_conversation_log
 from bridge_core.provider import (
     UNLIMITED_BUDGET,
@@ -50,7 +51,7 @@ from bridge_core.provider import (
     Unreachable,
 )
 from bridge_core.runtime.agents import Agent, load_agent
-from bridge_core.runtime.channel import ChannelRuntime, EventFilter, split_reply
+from bridge_core.runtime.channel import ChannelRuntime, split_reply
 from bridge_core.runtime.http_api import (
     ApiError,
     Health,
@@ -205,7 +206,7 @@ class Gateway:
                     members.cancel_scope.deadline = deadline
                 with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                     # the sender offers no "became idle" event; a short poll bounds the wait
-                    while not all(c.sender.idle for c in self.channels.values()):  # noqa: ASYNC110
+                    while not all(c.quiet for c in self.channels.values()):  # noqa: ASYNC110
                         await anyio.sleep(0.05)
                 unfinished = sum(c.sender.queued for c in self.channels.values())
                 if unfinished:
@@ -255,8 +256,21 @@ class Gateway:
                 provider=provider,
                 sender=sender,
                 metrics=self.metrics,
-                filter=EventFilter.of(channel_config),
                 ledger=self._ledger,
+            )
+            runtime.notifier = Notifier(
+                channel_config.channel_id,
+                sender,
+                capabilities=provider.capabilities,
+                config=NotifyConfig.build(
+                    hold=channel_config.notify.hold,
+                    threshold=channel_config.notify.threshold,
+                    window=channel_config.notify.window,
+                    kinds=channel_config.kinds,
+                    workspaces=channel_config.workspaces,
+                ),
+                escape=provider.escape,
+                thread=channel_config.thread,
             )
             agent = self._agent_for(name, channel_config.agent)
             if agent is not None:
@@ -315,18 +329,25 @@ class Gateway:
         except Exception:
             log.exception("provider of profile %s stopped receiving", profile)
 
-    async def _admit(self, profile: str, message: InboundMessage) -> None:
+    async def inbound(self, profile: str, message: InboundMessage) -> bool:
+        """Hand the gateway a user message as profile ``profile``'s provider would (embedding,
+        the demo); True when it was admitted as a new turn."""
+        return await self._admit(profile, message)
+
+    async def _admit(self, profile: str, message: InboundMessage) -> bool:
         channel = self._by_platform.get((profile, message.channel))
         if channel is None or channel.log is None:
             log.debug("inbound message in %s/%s: no agent serves it", profile, message.channel)
-            return
+            return False
         if not message.profile or not message.platform:
             message = dataclasses.replace(
                 message, profile=message.profile or profile, platform=channel.platform
             )
         turn = await channel.log.admit(message)
-        if turn is not None:
-            self.metrics.turns_admitted.labels(channel.name).inc()
+        if turn is None:
+            return False
+        self.metrics.turns_admitted.labels(channel.name).inc()
+        return True
 
     # ------------------------------------------------------------------ delivery
 
