@@ -1,0 +1,161 @@
+"""Inbound: the Slack Events API endpoint, served on the gateway's HTTP server.
+
+Every request must carry a valid ``X-Slack-Signature`` over ``v0:{timestamp}:{body}`` with a
+timestamp within five minutes (``slack_sdk.signature.SignatureVerifier``); anything else is
+answered 401 and never reaches the core. A ``url_verification`` request is answered with its
+challenge. A message event becomes an ``InboundMessage`` whose ``message_id`` is
+``{channel}:{ts}``, the same for Slack's retries (``X-Slack-Retry-Num``) and for the
+``app_mention`` twin of a message, so the core's dedup drops repeats; a retry is acknowledged
+like the first delivery.
+
+Messages written by bots never become turns and are not handed to the core: anything with a
+``bot_id``, the ``bot_message`` subtype, or the bridge's own user id. Edits, deletions, joins and
+other subtypes are acknowledged and ignored.
+
+When the core's sink fails, the answer is 500 so Slack retries (at least once delivery; the
+dedup absorbs the repeat); a body that is not an event is answered 400 with
+``X-Slack-No-Retry: 1``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from slack_sdk.signature import Clock, SignatureVerifier
+
+from bridge_core.provider import HttpRequest, HttpResponse, HttpRoute, InboundMessage, InboundSink
+
+if TYPE_CHECKING:
+    from bridge_slack.provider import SlackProvider
+
+__all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents"]
+
+logger = logging.getLogger("bridge_slack.events")
+
+# Message subtypes a person writes; every other subtype is a change notice or a system line.
+USER_SUBTYPES = frozenset({None, "thread_broadcast", "file_share", "me_message"})
+IGNORED_SUBTYPES = frozenset({"bot_message", "message_changed", "message_deleted"})
+
+_HANDLED_EVENTS = frozenset({"message", "app_mention"})
+
+
+class _CallableClock(Clock):
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now()
+
+
+def _json(status: int, data: dict[str, Any], headers: dict[str, str] | None = None) -> HttpResponse:
+    return HttpResponse(status=status, body=json.dumps(data).encode(), headers=headers or {})
+
+
+class SlackEvents:
+    """The Events API handler of one Slack provider; ``route()`` is what the gateway serves.
+
+    ``clock`` (epoch seconds) is what signature timestamps are checked against; tests pass a
+    fixed one.
+    """
+
+    def __init__(
+        self,
+        provider: SlackProvider,
+        sink: InboundSink,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        secret = provider.settings.signing_secret
+        if secret is None:
+            raise ValueError(
+                f"Slack profile {provider.profile!r} has no signing_secret: inbound events "
+                "cannot be verified, so they are not served"
+            )
+        self._provider = provider
+        self._sink = sink
+        self._verifier = SignatureVerifier(secret.get_secret_value(), clock=_CallableClock(clock))
+
+    def __repr__(self) -> str:
+        return f"SlackEvents(profile={self._provider.profile!r})"
+
+    def route(self) -> HttpRoute:
+        return HttpRoute("POST", self._provider.settings.events_path, self.handle)
+
+    async def handle(self, request: HttpRequest) -> HttpResponse:
+        if not self._verifier.is_valid_request(request.body, request.headers):
+            logger.warning(
+                "Slack profile %s: refused an event with a missing, wrong or expired signature "
+                "(timestamp %s)",
+                self._provider.profile,
+                request.header("X-Slack-Request-Timestamp"),
+            )
+            return _json(401, {"error": "invalid signature"})
+        try:
+            payload = json.loads(request.body)
+        except (UnicodeDecodeError, ValueError):
+            return _json(400, {"error": "body is not JSON"}, {"X-Slack-No-Retry": "1"})
+        if not isinstance(payload, dict):
+            return _json(400, {"error": "body is not an object"}, {"X-Slack-No-Retry": "1"})
+        kind = payload.get("type")
+        if kind == "url_verification":
+            return _json(200, {"challenge": str(payload.get("challenge", ""))})
+        if kind != "event_callback":
+            return _json(200, {"ok": True, "ignored": str(kind)})
+        message = self.to_inbound(payload, request.header("X-Slack-Retry-Num"))
+        if message is None:
+            return _json(200, {"ok": True, "ignored": "not a user message"})
+        try:
+            await self._sink(message)
+        except Exception:
+            # Whatever the core's failure, Slack must retry: the dedup absorbs the repeat.
+            logger.exception(
+                "Slack profile %s: the core failed to take message %s; Slack will retry",
+                self._provider.profile,
+                message.message_id,
+            )
+            return _json(500, {"error": "not stored; retry"})
+        return _json(200, {"ok": True})
+
+    def to_inbound(self, payload: dict[str, Any], retry_num: str | None) -> InboundMessage | None:
+        """The user message in an ``event_callback`` payload, or ``None`` for anything else."""
+        event = payload.get("event")
+        if not isinstance(event, dict) or event.get("type") not in _HANDLED_EVENTS:
+            return None
+        subtype = event.get("subtype")
+        if subtype in IGNORED_SUBTYPES or subtype not in USER_SUBTYPES:
+            return None
+        user = event.get("user")
+        own_user, own_bot = self._provider.own_ids()
+        if event.get("bot_id") or event.get("bot_profile") or not isinstance(user, str):
+            return None
+        if user in (own_user, own_bot):
+            return None
+        channel, ts = event.get("channel"), event.get("ts")
+        if not isinstance(channel, str) or not isinstance(ts, str):
+            return None
+        try:
+            at = float(ts)
+        except ValueError:
+            return None
+        thread = event.get("thread_ts")
+        return InboundMessage(
+            message_id=f"{channel}:{ts}",
+            channel=channel,
+            author=user,
+            text=str(event.get("text") or ""),
+            at=at,
+            thread=thread if isinstance(thread, str) and thread != ts else None,
+            author_is_bot=False,
+            platform="slack",
+            profile=self._provider.profile,
+            extra={
+                "event_id": payload.get("event_id"),
+                "team": payload.get("team_id"),
+                "event_type": event.get("type"),
+                "retry_num": int(retry_num) if retry_num and retry_num.isdigit() else 0,
+            },
+        )

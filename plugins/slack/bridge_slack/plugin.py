@@ -1,0 +1,32 @@
+"""The entry point bridge-core loads (group ``bridge_core``, name ``slack``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core.provider import SLACK_BUDGET
+from bridge_slack.provider import SLACK_CAPABILITIES, SlackProvider, SlackSettings
+
+__all__ = ["create_provider", "provider_type", "register_providers"]
+
+
+def create_provider(settings: SlackSettings, context: ProviderContext) -> SlackProvider:
+    """One Slack provider for a bot profile; connects to nothing until it first sends."""
+    return SlackProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
+
+
+def provider_type() -> ProviderType:
+    return ProviderType(
+        name="slack",
+        capabilities=SLACK_CAPABILITIES,
+        budget=SLACK_BUDGET,
+        settings_model=SlackSettings,
+        factory=create_provider,
+        description="Slack via slack-sdk: Web API posts and edits, signed Events API inbound.",
+    )
+
+
+@hookimpl
+def register_providers(register: Callable[[ProviderType], None]) -> None:
+    register(provider_type())

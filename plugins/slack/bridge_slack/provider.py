@@ -1,0 +1,295 @@
+"""The Slack provider: posts and edits through slack-sdk's ``AsyncWebClient``.
+
+The client is built with ``retry_handlers=[]``: slack-sdk would otherwise resend after a
+connection error (a possible duplicate the ledger never sees) and, with the rate-limit handler,
+sleep inside the call. Every failure is raised at once as a core error (``bridge_slack.errors``)
+and the core's sender paces and resends (ADR 0043).
+
+``post`` sends the text it is given: the core has already escaped it with ``escape`` and chunked
+it at ``capabilities.max_length`` (``bridge_core.text.prepare``). A text over that maximum is
+refused here, before any request, rather than truncated (ADR 0041 explains the 3,900).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bridge_core.provider import (
+    Capabilities,
+    ChatProvider,
+    HttpRoute,
+    InboundSink,
+    LengthUnit,
+    MessageRef,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.text import neutralise_mass_mentions
+from bridge_slack.errors import map_slack_error
+from bridge_slack.events import SlackEvents
+
+__all__ = [
+    "DEFAULT_API_BASE_URL",
+    "SLACK_CAPABILITIES",
+    "SLACK_CHUNK",
+    "SlackProvider",
+    "SlackSettings",
+    "escape_slack",
+]
+
+DEFAULT_API_BASE_URL = "https://slack.com/api/"
+
+# Slack refuses text over 40,000 characters but collapses anything past about 4,000 behind
+# "Show more" and recommends staying under 4,000; 3,900 keeps each chunk one readable message
+# with room for the escapes' growth measured in already (ADR 0041).
+SLACK_CHUNK = 3_900
+
+SLACK_CAPABILITIES = Capabilities(
+    edit=True,
+    max_length=SLACK_CHUNK,
+    length_unit=LengthUnit.CHARACTERS,
+    threads=True,
+    inbound=True,
+    probe=True,
+)
+
+
+_PROBE_TOLERATES = frozenset({"channel_not_found", "missing_scope"})
+
+
+class SlackSettings(BaseModel):
+    """A Slack profile's ``settings`` table.
+
+    ``bot_token`` (``xoxb-…``) is required; ``signing_secret`` is required to take inbound
+    events over HTTP. ``api_base_url`` points the client elsewhere (GovSlack's
+    ``https://slack-gov.com/api/``, a proxy, a test's fake).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bot_token: SecretStr
+    signing_secret: SecretStr | None = None
+    api_base_url: str = DEFAULT_API_BASE_URL
+    events_path: str = "/slack/events"
+    timeout: float = Field(default=10.0, gt=0, le=120)
+    bot_user_id: str | None = None
+    unfurl: bool = False
+
+    @field_validator("bot_token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        token = value.get_secret_value()
+        if not token.strip():
+            raise ValueError("bot_token is empty: set it to the app's Bot User OAuth Token")
+        if not token.startswith("xox"):
+            # Never echo the value: it may be a real secret pasted into the wrong key.
+            raise ValueError("bot_token must be a Slack token (starting xoxb-)")
+        return value
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _secret_present(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("signing_secret is empty: set it or remove the key")
+        return value
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("api_base_url must be an http(s) URL such as https://slack.com/api/")
+        return value if value.endswith("/") else value + "/"
+
+    @field_validator("events_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("events_path must start with /")
+        return value
+
+
+def escape_slack(text: str) -> str:
+    """Agent text made inert for Slack's ``mrkdwn``.
+
+    ``&``, ``<`` and ``>`` become entities, which leaves no ``<!channel>``, ``<!here>``,
+    ``<!everyone>``, ``<@U…>`` or ``<!subteam^…>`` token for Slack to expand; a bare
+    ``@channel`` (expanded by clients with ``link_names``) gets a zero-width space.
+    """
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return neutralise_mass_mentions(escaped)
+
+
+class SlackProvider(ChatProvider):
+    """One Slack bot profile. Build it through the plugin's factory or directly with settings."""
+
+    name = "slack"
+    capabilities = SLACK_CAPABILITIES
+
+    def __init__(
+        self, settings: SlackSettings, *, profile: str = "slack", api_base_url: str | None = None
+    ) -> None:
+        self.settings = settings
+        self.profile = profile
+        base = api_base_url or settings.api_base_url
+        self.api_base_url = base if base.endswith("/") else base + "/"
+        self._session: aiohttp.ClientSession | None = None
+        self._client: AsyncWebClient | None = None
+        self._bot_user_id: str | None = settings.bot_user_id
+        self._bot_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"SlackProvider(profile={self.profile!r}, api_base_url={self.api_base_url!r})"
+
+    # ----------------------------------------------------------------- the client
+
+    def _web(self) -> AsyncWebClient:
+        # Built on first use: an aiohttp session belongs to the running event loop.
+        if self._client is None or self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.settings.timeout)
+            )
+            self._client = AsyncWebClient(
+                token=self.settings.bot_token.get_secret_value(),
+                base_url=self.api_base_url,
+                session=self._session,
+                timeout=int(max(1, self.settings.timeout)),
+                retry_handlers=[],
+            )
+        return self._client
+
+    async def _call(
+        self,
+        method: str,
+        where: str | None,
+        /,
+        *,
+        tolerate: frozenset[str] = frozenset(),
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Call a Web API method; every failure comes out as a core ``ProviderError``, except
+        the error codes in ``tolerate``, which come back as Slack's ``{"ok": false}`` data."""
+        client = self._web()
+        try:
+            if method == "conversations.info":
+                response = await client.conversations_info(**kwargs)
+            elif method == "auth.test":
+                response = await client.auth_test()
+            else:
+                response = await client.api_call(method, json=kwargs)
+        except SlackApiError as exc:
+            refusal = exc.response.data if isinstance(exc.response.data, dict) else {}
+            code = refusal.get("error")
+            if code in tolerate:
+                return dict(refusal)
+            error = map_slack_error(
+                method=method,
+                channel=where,
+                status=int(exc.response.status_code),
+                code=code if isinstance(code, str) else None,
+                headers=exc.response.headers,
+            )
+        except TimeoutError:
+            error = TransportError(
+                f"Slack {method}: no answer within {self.settings.timeout:g} s (timeout)"
+            )
+        except aiohttp.ClientError as exc:
+            error = TransportError(f"Slack {method}: {type(exc).__name__}: {exc}")
+        except SlackClientError as exc:
+            error = TransportError(f"Slack {method}: {type(exc).__name__}: {exc}")
+        else:
+            data = response.data
+            if not isinstance(data, dict):
+                raise TransportError(f"Slack {method}: the answer was not a JSON object")
+            return data
+        # Raised outside the except blocks so no SDK exception (holding the request's headers)
+        # is chained as __context__.
+        raise error
+
+    # ----------------------------------------------------------------- outbound
+
+    def _refuse_over_long(self, text: str) -> None:
+        if len(text) > SLACK_CHUNK:
+            raise Unreachable(
+                f"Slack text of {len(text)} characters is over the declared maximum of "
+                f"{SLACK_CHUNK}: chunk it with bridge_core.text.prepare first"
+            )
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        self._refuse_over_long(text)
+        params: dict[str, Any] = {"channel": channel, "text": text, "link_names": False}
+        if not self.settings.unfurl:
+            params.update(unfurl_links=False, unfurl_media=False)
+        if thread is not None:
+            params["thread_ts"] = thread
+        data = await self._call("chat.postMessage", channel, **params)
+        ts = data.get("ts")
+        if not isinstance(ts, str):
+            raise TransportError("Slack chat.postMessage answered ok without a message ts")
+        return MessageRef(channel=str(data.get("channel") or channel), message_id=ts, thread=thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        self._refuse_over_long(text)
+        await self._call(
+            "chat.update",
+            ref.channel,
+            channel=ref.channel,
+            ts=ref.message_id,
+            text=text,
+            link_names=False,
+        )
+        return ref
+
+    async def probe(self, channel: str) -> bool | None:
+        """``conversations.info``: False when the channel is gone or archived, True when the bot
+        is a member, ``None`` when it cannot tell (not a member of a public channel, which
+        ``chat:write.public`` may still allow, or no ``channels:read`` scope)."""
+        data = await self._call(
+            "conversations.info", channel, tolerate=_PROBE_TOLERATES, channel=channel
+        )
+        if data.get("error") == "channel_not_found":
+            return False
+        info = data.get("channel")
+        if not isinstance(info, dict):
+            return None
+        if info.get("is_archived"):
+            return False
+        if info.get("is_member"):
+            return True
+        return None
+
+    def escape(self, text: str) -> str:
+        return escape_slack(text)
+
+    # ----------------------------------------------------------------- identity and inbound
+
+    def own_ids(self) -> tuple[str | None, str | None]:
+        """The bridge's ``(user_id, bot_id)`` as far as known, without asking Slack."""
+        return self._bot_user_id, self._bot_id or None
+
+    async def identity(self) -> tuple[str | None, str | None]:
+        """The bridge's own ``(user_id, bot_id)`` in the workspace, from ``auth.test`` once."""
+        if self._bot_id is None:
+            data = await self._call("auth.test", None)
+            user_id, bot_id = data.get("user_id"), data.get("bot_id")
+            self._bot_user_id = self._bot_user_id or (user_id if isinstance(user_id, str) else None)
+            self._bot_id = bot_id if isinstance(bot_id, str) else ""
+        return self._bot_user_id, self._bot_id or None
+
+    def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
+        """The Events API endpoint (``settings.events_path``); none without a signing secret,
+        since unsigned events are never accepted."""
+        if self.settings.signing_secret is None:
+            return ()
+        return (SlackEvents(self, sink).route(),)
+
+    async def aclose(self) -> None:
+        session, self._session, self._client = self._session, None, None
+        if session is not None and not session.closed:
+            await session.close()

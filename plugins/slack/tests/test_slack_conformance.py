@@ -1,0 +1,52 @@
+"""The shared provider conformance suite, run against the Slack provider and FakeSlack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bridge_slack import plugin, provider_type
+
+from bridge_core.testing.conformance import (
+    ConformanceHarness,
+    Fault,
+    Operation,
+    ProviderConformance,
+)
+from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing.fake_slack import FakeSlack
+
+RETRY_AFTER = 30
+
+
+class TestSlackConformance(ProviderConformance):
+    @pytest.fixture
+    def harness(
+        self, fake_slack: FakeSlack, slack_settings: dict[str, Any], signing_secret: str
+    ) -> ConformanceHarness:
+        route_for = {"post": "chat.postMessage", "edit": "chat.update"}
+        replies = {
+            Fault.RATE_LIMITED: FakeSlack.rate_limited(RETRY_AFTER),
+            Fault.NOT_FOUND: FakeSlack.error("message_not_found"),
+            Fault.FORBIDDEN: FakeSlack.error("not_in_channel"),
+            Fault.UNREACHABLE: FakeSlack.error("channel_not_found"),
+            Fault.SERVER_ERROR: FakeSlack.server_error(503),
+            Fault.DROPPED: Reply.dropped(),
+            Fault.SLOW: Reply.slow(3.0),  # past the 0.5 s timeout in slack_settings
+        }
+
+        def script_fault(fault: Fault, operation: Operation) -> float | None:
+            fake_slack.script(route_for[operation], replies[fault])
+            return float(RETRY_AFTER) if fault is Fault.RATE_LIMITED else None
+
+        return ConformanceHarness(
+            provider_type=provider_type(),
+            settings=slack_settings,
+            channel="C0GENERAL",
+            secrets=(fake_slack.token, signing_secret),
+            script_fault=script_fault,
+            delivered=fake_slack.texts,
+            request_count=fake_slack.count,
+            extra_pings=("<@U0SOMEONE>", "<!subteam^S0TEAM>", "<#C0OTHER>"),
+            plugin=plugin,
+        )
