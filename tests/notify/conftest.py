@@ -1,0 +1,90 @@
+"""A channel on virtual time: the console provider, a real sender and a real notifier."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bridge_core.notify import Notifier, NotifyConfig
+from bridge_core.provider import SLACK_BUDGET, Capabilities, SendBudget
+from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
+from bridge_core.sending import ChannelSender
+from bridge_core.testing.budget import TranscriptEntry, read_transcript
+from bridge_core.testing.clock import anyio_backend
+
+__all__ = ["anyio_backend"]
+
+CHANNEL = "fleet"
+
+
+@dataclass
+class Channel:
+    provider: ConsoleProvider
+    sender: ChannelSender
+    notifier: Notifier
+    transcript: Path
+    budget: SendBudget
+    waits: dict[str, float]
+
+    def entries(self) -> list[TranscriptEntry]:
+        if not self.transcript.exists():
+            return []
+        return read_transcript(self.transcript)
+
+    async def until_idle(self, limit: float = 3600.0) -> None:
+        """Let virtual time run until nothing is held or owed (at most ``limit`` seconds)."""
+        with anyio.fail_after(limit):
+            # Polling costs nothing on the virtual clock and needs no hook in the code under test.
+            while not (self.notifier.idle and self.sender.idle):  # noqa: ASYNC110
+                await anyio.sleep(0.5)
+
+
+ChannelFactory = Callable[..., AbstractAsyncContextManager[Channel]]
+
+
+@pytest.fixture
+def open_channel(tmp_path: Path) -> ChannelFactory:
+    counter = 0
+
+    @asynccontextmanager
+    async def factory(
+        *,
+        budget: SendBudget = SLACK_BUDGET,
+        capabilities: Capabilities | None = None,
+        config: NotifyConfig | None = None,
+        seed: int = 7,
+        **caps: Any,
+    ) -> AsyncIterator[Channel]:
+        nonlocal counter
+        counter += 1
+        transcript = tmp_path / f"transcript-{counter}.jsonl"
+        provider = ConsoleProvider(
+            ConsoleSettings(transcript=transcript, output="none"), run_prefix=f"r{counter}"
+        )
+        if capabilities is not None or caps:
+            provider.capabilities = replace(capabilities or provider.capabilities, **caps)
+        sender = ChannelSender(provider, channel=CHANNEL, budget=budget, random=random.Random(seed))
+        waits: dict[str, float] = {}
+        notifier = Notifier(
+            CHANNEL,
+            sender,
+            capabilities=provider.capabilities,
+            config=config,
+            escape=provider.escape,
+            on_terminal_delivered=waits.__setitem__,
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(sender.run)
+            group.start_soon(notifier.run)
+            yield Channel(provider, sender, notifier, transcript, budget, waits)
+            group.cancel_scope.cancel()
+        await provider.aclose()
+
+    return factory
