@@ -1,0 +1,268 @@
+"""``chatbridge demo``: the real gateway on embedded defaults, with a simulated fleet.
+
+Nothing to configure: the console provider draws the channel in the terminal (and writes a
+transcript), the ledger and the conversation log live in one SQLite file in a fresh folder, and
+the agent group has one in-process member. A scripted fleet plays a burst of agents that finishes
+(one summary message), a chatty agent (one live message edited in place, at most every 2 s), an
+agent that crashes (its own failure post), and a rate-limit pause scripted into the console
+provider; an echo agent answers what the user types (or, when standard input is not a terminal,
+a couple of scripted user messages).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from bridge_core.config import BridgeConfig, parse_config
+from bridge_core.events import parse_event
+from bridge_core.ledger import is_marked, open_store
+from bridge_core.plugins import create_plugin_manager
+from bridge_core.provider import InboundMessage, RateLimited
+from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
+from bridge_core.runtime.agents import echo_agent
+from bridge_core.runtime.gateway import Gateway, GatewayOptions
+
+__all__ = ["DEMO_CHANNEL", "FLEET", "DemoReport", "run_demo"]
+
+log = logging.getLogger("bridge_core.runtime.demo")
+
+DEMO_PROFILE = "demo"
+DEMO_CHANNEL = "demo"
+
+Event = dict[str, Any]
+
+# (seconds from the start, the event's JSON form) - the same form POST /v1/events takes
+FLEET: list[tuple[float, Event]] = [
+    *[
+        (0.2 + 0.05 * i, {"kind": "AgentSpawned", "agent": f"build-{i}", "workspace": "web",
+                          "title": f"build shard {i}"})
+        for i in range(1, 7)
+    ],
+    (0.5, {"kind": "AgentSpawned", "agent": "chatty", "workspace": "api",
+           "title": "refactor the auth module"}),
+    *[
+        (0.8 + 0.4 * i, {"kind": "StatusChanged", "agent": "chatty", "workspace": "api",
+                         "status": status})
+        for i, status in enumerate(
+            [
+                "reading src/auth.py", "planning the change", "editing src/auth.py",
+                "editing src/session.py", "running tests 5/40", "running tests 19/40",
+                "running tests 33/40", "fixing a failing test", "running tests 40/40",
+                "writing the summary",
+            ]
+        )
+    ],
+    *[
+        (3.0 + 0.4 * i, {"kind": "AgentFinished", "agent": f"build-{i}", "workspace": "web",
+                         "outcome": "done", "cost": round(0.03 * i, 2), "turns": 2 + i})
+        for i in range(1, 6)
+    ],
+    (4.0, {"kind": "AgentSpawned", "agent": "migrator", "workspace": "api",
+           "title": "migrate the database"}),
+    (5.0, {"kind": "StatusChanged", "agent": "migrator", "workspace": "api",
+           "status": "applying migration 7 of 12"}),
+    (5.5, {"kind": "AgentFinished", "agent": "build-6", "workspace": "web", "outcome": "killed"}),
+    (7.5, {"kind": "AgentFinished", "agent": "migrator", "workspace": "api", "outcome": "crashed",
+           "cost": 0.41, "turns": 9}),
+    (9.0, {"kind": "ToolStarted", "agent": "chatty", "workspace": "api", "tool": "pytest"}),
+    (10.5, {"kind": "AgentFinished", "agent": "chatty", "workspace": "api", "outcome": "done",
+            "cost": 0.87, "turns": 23}),
+]  # fmt: skip
+
+RATE_LIMIT_AT = 6.0
+RATE_LIMIT_SECONDS = 2.5
+SCRIPTED_USER: list[tuple[float, str]] = [
+    (1.0, "hi! is the build green yet?"),
+    (8.0, "thanks - what is the migrator doing?"),
+]
+
+
+@dataclass
+class DemoReport:
+    """What happened, read back from the transcript and the ledger."""
+
+    seconds: float
+    data_dir: Path
+    transcript: Path
+    events: int
+    user_messages: int
+    ops: Counter[str] = field(default_factory=Counter)
+    replies: int = 0
+    marked: int = 0
+    ledger: dict[str, int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        counts = ", ".join(f"{state} {n}" for state, n in sorted(self.ledger.items()) if n)
+        return "\n".join(
+            [
+                f"demo finished after {self.seconds:.1f} s",
+                f"  fleet events sent: {self.events}; user messages: {self.user_messages}",
+                f"  channel #{DEMO_CHANNEL}: {self.ops['post']} posts, {self.ops['edit']} edits, "
+                f"{self.ops['error']} refused sends (the scripted rate limit)",
+                f"  replies to people: {self.replies} (marked as possible duplicates: "
+                f"{self.marked})",
+                f"  ledger rows: {counts or 'none'}",
+                f"  transcript: {self.transcript}",
+                f"  state (SQLite: ledger, conversation log): {self.data_dir / 'bridge.sqlite3'}",
+                "next: write a bridge.toml and run `chatbridge run` (see the README)",
+            ]
+        )
+
+
+def demo_config(data_dir: Path, transcript: Path) -> BridgeConfig:
+    data = {
+        "profiles": {
+            DEMO_PROFILE: {
+                "provider": "console",
+                "settings": {"transcript": str(transcript), "budget": "slack"},
+            }
+        },
+        "channels": {DEMO_CHANNEL: {"profile": DEMO_PROFILE, "channel_id": DEMO_CHANNEL}},
+        "stores": {"ledger": str(data_dir / "bridge.sqlite3")},
+    }
+    return parse_config(data, providers=create_plugin_manager().providers)
+
+
+async def run_demo(
+    *,
+    seconds: float = 12.0,
+    forever: bool = False,
+    data_dir: Path | None = None,
+    interactive: bool | None = None,
+    output: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> DemoReport:
+    """Run the demo; returns what happened. ``interactive`` (default: stdin is a terminal)
+    answers typed lines instead of the scripted user messages."""
+    out = output if output is not None else sys.stdout
+    source = stdin if stdin is not None else sys.stdin
+    if interactive is None:
+        interactive = source.isatty()
+    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="chatbridge-demo-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    transcript = data_dir / "transcript.jsonl"
+    config = demo_config(data_dir, transcript)
+    profile = config.profiles[DEMO_PROFILE]
+    settings = profile.settings
+    assert isinstance(settings, ConsoleSettings)
+    provider = ConsoleProvider(settings, profile=DEMO_PROFILE, output=out)
+    gateway = Gateway(
+        config,
+        options=GatewayOptions(http=False, settle=0.0, heartbeat=0.5, grace=3.0),
+        providers={DEMO_PROFILE: provider},
+        agents={DEMO_CHANNEL: echo_agent},
+    )
+    counter = 0
+    users = 0
+
+    async def say(text: str) -> None:
+        nonlocal counter, users
+        counter += 1
+        users += 1
+        message = InboundMessage(
+            message_id=f"demo-{time.time_ns()}-{counter}",
+            channel=DEMO_CHANNEL,
+            author="you",
+            text=text,
+            at=time.time(),
+            platform="console",
+            profile=DEMO_PROFILE,
+        )
+        print(f"         #{DEMO_CHANNEL} > you: {text}", file=out, flush=True)
+        await gateway.inbound(DEMO_PROFILE, message)
+
+    print(
+        f"chatbridge demo: a simulated fleet posting to #{DEMO_CHANNEL} through the real gateway"
+        + (" (type a message and press Enter to talk to the echo agent)" if interactive else ""),
+        file=out,
+        flush=True,
+    )
+    started = anyio.current_time()
+
+    async def play() -> None:
+        # (when, what): a fleet event, a user message, or None for the scripted rate limit
+        timeline: list[tuple[float, Event | str | None]] = [*FLEET, (RATE_LIMIT_AT, None)]
+        if not interactive:
+            timeline += SCRIPTED_USER
+        for at, what in sorted(timeline, key=lambda item: item[0]):
+            await anyio.sleep_until(started + at)
+            if what is None:
+                provider.script_fault(
+                    DEMO_CHANNEL,
+                    RateLimited("scripted by the demo", retry_after=RATE_LIMIT_SECONDS),
+                )
+            elif isinstance(what, str):
+                await say(what)
+            else:
+                await gateway.accept_events([parse_event(what)])
+
+    async def typed() -> None:
+        while True:
+            line = await anyio.to_thread.run_sync(source.readline, abandon_on_cancel=True)
+            if not line:
+                return
+            if line.strip():
+                await say(line.strip())
+
+    async def drive(tg: anyio.abc.TaskGroup) -> None:
+        nonlocal started
+        await gateway.ready.wait()
+        started = anyio.current_time()
+        tg.start_soon(play)
+        if interactive:
+            tg.start_soon(typed)
+        if not forever:
+            await anyio.sleep_until(started + seconds)
+            gateway.stop()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drive, tg)
+        await gateway.run()  # returns after the graceful stop
+        tg.cancel_scope.cancel()
+    report = await _report(
+        anyio.current_time() - started, data_dir, transcript, events=len(FLEET), users=users
+    )
+    print(report.render(), file=out, flush=True)
+    return report
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+async def _report(
+    seconds: float, data_dir: Path, transcript: Path, *, events: int, users: int
+) -> DemoReport:
+    report = DemoReport(
+        seconds=seconds,
+        data_dir=data_dir,
+        transcript=transcript,
+        events=events,
+        user_messages=users,
+    )
+    lines: Sequence[str] = await anyio.to_thread.run_sync(_lines, transcript)
+    for line in lines:
+        entry = json.loads(line)
+        report.ops[entry["op"]] += 1
+        text = entry.get("text") or ""
+        if entry["op"] == "post" and "echo:" in text:
+            report.replies += 1
+            report.marked += 1 if is_marked(text) else 0
+    store = await open_store(data_dir / "bridge.sqlite3")
+    try:
+        counts = await store.counts_by_state()
+        report.ledger = {getattr(s, "value", str(s)): n for s, n in counts.items()}
+    finally:
+        await store.aclose()
+    return report

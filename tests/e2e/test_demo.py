@@ -1,0 +1,64 @@
+"""``chatbridge demo`` as a user runs it: a real process, checked through its transcript."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bridge_core.ledger import is_marked
+from bridge_core.provider import SLACK_BUDGET
+from bridge_core.testing.budget import assert_paced, read_transcript
+
+
+CHATBRIDGE = [sys.executable, "-c", "from bridge_core.cli import main; main()"]
+
+
+def test_demo_shows_the_channel_and_stops_by_itself(tmp_path: Path) -> None:
+    env = {**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""}
+    done = subprocess.run(
+        [*CHATBRIDGE, "demo", "--seconds", "12", "--scripted",
+         "--data-dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "demo finished after" in done.stdout
+    assert "ledger rows: delivered 2" in done.stdout
+
+    entries = read_transcript(tmp_path / "transcript.jsonl")
+    assert_paced(entries, SLACK_BUDGET)  # the demo's channel runs on Slack's budget
+    by_message: dict[str, list[str]] = {}
+    for entry in entries:
+        if entry.op in ("post", "edit") and entry.message_id is not None:
+            by_message.setdefault(entry.message_id, []).append(entry.text)
+
+    def message(needle: str) -> list[str]:
+        found = [texts for texts in by_message.values() if needle in texts[0]]
+        assert len(found) == 1, f"expected one message starting with {needle!r}: {by_message}"
+        return found[0]
+
+    # the burst of six shares one summary, edited in place to its final counts
+    summary = message("6 agents in [web]")
+    assert len(summary) >= 2
+    assert "5 done" in summary[-1] and "1 killed" in summary[-1]
+    assert not any("build-1 [web]" in texts[0] for texts in by_message.values())
+    # the chatty agent: one live message, edited (never reposted), ending done
+    chatty = message("chatty [api]")
+    assert 2 <= len(chatty) <= 6
+    assert "done: cost $0.87, 23 turns" in chatty[-1]
+    # the crash gets its own post; the rate limit was met once and waited out
+    assert "crashed" in message("migrator [api]")[-1]
+    errors = [e for e in entries if e.op == "error"]
+    assert [e.error for e in errors] == ["RateLimited"]
+    # both scripted user messages were answered once, unmarked
+    replies = [texts for texts in by_message.values() if texts[0].startswith("echo:")]
+    assert sorted(r[0].split(" (")[0] for r in replies) == [
+        "echo: hi! is the build green yet?",
+        "echo: thanks - what is the migrator doing?",
+    ]
+    assert not any(is_marked(r[0]) for r in replies)
