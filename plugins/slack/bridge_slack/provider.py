@@ -72,7 +72,8 @@ class SlackSettings(BaseModel):
     ``https://slack-gov.com/api/``, a proxy, a test's fake).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a validation error must not print a token pasted into a wrong key.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     bot_token: SecretStr
     signing_secret: SecretStr | None = None
