@@ -241,10 +241,13 @@ class ConsoleProvider(ChatProvider):
             return
         self._elapsed()
         if source in ("-", "stdin"):
-            stream = anyio.wrap_file(self._stdin or sys.stdin)
-            async for line in stream:
+            stream = self._stdin or sys.stdin
+            while True:
+                # abandon_on_cancel: a read blocked on a terminal must not hold up shutdown
+                line = await anyio.to_thread.run_sync(stream.readline, abandon_on_cancel=True)
+                if not line:
+                    return
                 await self._inbound_line(line, sink)
-            return
         async with await anyio.open_file(source, encoding="utf-8") as file:
             async for line in file:
                 await self._inbound_line(line, sink)
