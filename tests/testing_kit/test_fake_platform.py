@@ -85,8 +85,11 @@ async def test_a_dropped_connection_gives_no_response(fake: FakePlatform) -> Non
         with pytest.raises(aiohttp.ClientError):
             async with session.post(fake.url("/items/1"), json={}) as response:
                 await response.read()
+
+
+def test_a_dropped_connection_fails_a_blocking_client(fake: FakePlatform) -> None:
+    fake.script("items", Reply.dropped())
     with pytest.raises(requests.ConnectionError):
-        fake.script("items", Reply.dropped())
         requests.post(fake.url("/items/1"), json={}, timeout=5)
 
 

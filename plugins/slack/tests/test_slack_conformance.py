@@ -47,6 +47,13 @@ class TestSlackConformance(ProviderConformance):
             script_fault=script_fault,
             delivered=fake_slack.texts,
             request_count=fake_slack.count,
-            extra_pings=("<@U0SOMEONE>", "<!subteam^S0TEAM>", "<#C0OTHER>"),
+            extra_pings=(
+                "<!channel>",
+                "<!here>",
+                "<!everyone>",
+                "<!here|here>",
+                "<@U0SOMEONE>",
+                "<!subteam^S0TEAM>",
+            ),
             plugin=plugin,
         )
