@@ -98,6 +98,7 @@ class _Agent:
     finished: AgentFinished | None = None
     gone: str | None = None
     terminal_at: float = 0.0
+    spawned_at: float = 0.0
     summary: _Summary | None = None
 
     @property
@@ -255,6 +256,7 @@ class Notifier:
         now = anyio.current_time()
         agent = _Agent(event.agent, event.workspace, self._new_slot("agent", event.agent))
         agent.title = title
+        agent.spawned_at = now
         agent.slot.post_text = lambda: self._render_agent(agent, post=True)
         agent.slot.edit_text = lambda: self._render_agent(agent, post=False)
         agent.slot.outcome = lambda result: self._agent_outcome(agent, result)
@@ -278,7 +280,7 @@ class Notifier:
                 continue
             group = self._holding.get(agent.workspace, {})
             if len(group) >= self.config.threshold:
-                self._open_summary(agent.workspace, list(group.values()), now)
+                self._open_summary(agent.workspace, list(group.values()))
                 group.clear()
             else:
                 group.pop(agent.name, None)
@@ -287,9 +289,10 @@ class Notifier:
             if not group:
                 self._holding.pop(agent.workspace, None)
 
-    def _open_summary(self, workspace: str, members: list[_Agent], now: float) -> None:
+    def _open_summary(self, workspace: str, members: list[_Agent]) -> None:
         self.stats.summaries += 1
-        summary = _Summary(workspace, self._new_slot("summary", workspace), latest=now)
+        latest = max(member.spawned_at for member in members)
+        summary = _Summary(workspace, self._new_slot("summary", workspace), latest=latest)
         summary.slot.post_text = lambda: self._render_summary(summary, post=True)
         summary.slot.edit_text = lambda: self._render_summary(summary, post=False)
         summary.slot.outcome = lambda result: self._summary_outcome(summary, result)
