@@ -1,0 +1,372 @@
+"""The conformance suite itself: a small REST provider on httpx passes it, and each way of
+breaking the contract makes it fail.
+
+``ToyChat`` is a made-up REST chat API served by a ``FakePlatform``; ``ToyProvider`` is what a
+plugin for such an API looks like (the cookiecutter template follows the same shape). The
+mutants each break one promise, and the suite's matching test must catch it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import anyio
+import httpx
+import pytest
+from pydantic import BaseModel, ConfigDict, SecretStr
+
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core.provider import (
+    UNLIMITED_BUDGET,
+    Capabilities,
+    ChatProvider,
+    Forbidden,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.testing.conformance import (
+    ConformanceHarness,
+    Fault,
+    Operation,
+    ProviderConformance,
+)
+from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
+from bridge_core.text import neutralise_mass_mentions
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "toy-secret-token-42"
+MAX = 500
+RETRY_AFTER = 1.0
+
+# --------------------------------------------------------------------------- the fake API
+
+
+class FakeToyChat(FakePlatform):
+    """``POST /v1/channels/{channel}/messages`` and ``PATCH …/messages/{id}``, Bearer auth."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: dict[str, tuple[str, str]] = {}  # id -> (channel, text)
+        self._ids = itertools.count(1)
+        self.add_route("POST", "/v1/channels/{channel}/messages", self._create, name="create")
+        self.add_route("PATCH", "/v1/channels/{channel}/messages/{id}", self._edit, name="edit")
+
+    @staticmethod
+    def refusal(status: int, code: str) -> Reply:
+        return Reply.json({"code": code}, status=status)
+
+    def _check(self, request: RecordedRequest) -> Reply | str:
+        if request.header("Authorization") != f"Bearer {TOKEN}":
+            return self.refusal(401, "bad_token")
+        if request.content_type != "application/json":
+            return self.refusal(415, "json_only")
+        text = request.json.get("text")
+        if not isinstance(text, str) or not text:
+            return self.refusal(400, "no_text")
+        if len(text) > MAX:
+            return self.refusal(400, "too_long")
+        return text
+
+    def _create(self, request: RecordedRequest) -> Reply:
+        text = self._check(request)
+        if isinstance(text, Reply):
+            return text
+        with self.lock:
+            message_id = f"m{next(self._ids)}"
+            self.messages[message_id] = (request.params["channel"], text)
+        return Reply.json({"id": message_id}, status=201)
+
+    def _edit(self, request: RecordedRequest) -> Reply:
+        text = self._check(request)
+        if isinstance(text, Reply):
+            return text
+        with self.lock:
+            key = request.params["id"]
+            if key not in self.messages:
+                return self.refusal(404, "unknown_message")
+            self.messages[key] = (request.params["channel"], text)
+        return Reply.json({"id": key})
+
+    def texts(self, channel: str) -> list[str]:
+        with self.lock:
+            return [text for where, text in self.messages.values() if where == channel]
+
+
+# --------------------------------------------------------------------------- the provider
+
+
+class ToySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token: SecretStr
+    api_base_url: str
+    timeout: float = 0.5
+
+
+class ToyProvider(ChatProvider):
+    name = "toy"
+    capabilities = Capabilities(edit=True, max_length=MAX, threads=False)
+
+    def __init__(self, settings: ToySettings) -> None:
+        self.settings = settings
+        self._client: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"ToyProvider({self.settings.api_base_url!r})"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.settings.api_base_url,
+                headers={"Authorization": f"Bearer {self.settings.token.get_secret_value()}"},
+                timeout=self.settings.timeout,
+            )
+        return self._client
+
+    def refuse_over_long(self, text: str) -> None:
+        if len(text) > MAX:
+            raise Unreachable(f"text of {len(text)} characters is over {MAX}: chunk it first")
+
+    def read_error(self, response: httpx.Response) -> ProviderError:
+        code = response.json().get("code") if response.content else None
+        if response.status_code == 429:
+            return RateLimited("toy: slow down", retry_after=float(response.headers["Retry-After"]))
+        if code == "unknown_message":
+            return NotFound("toy: the message is gone")
+        if response.status_code == 403:
+            return Forbidden("toy: no access to the channel")
+        if response.status_code in (400, 401, 404, 410):
+            return Unreachable(f"toy: refused with {code}")
+        return TransportError(f"toy: HTTP {response.status_code}")
+
+    async def send(self, method: str, path: str, text: str) -> str:
+        try:
+            response = await self._http().request(method, path, json={"text": text})
+        except httpx.TransportError as exc:
+            raise TransportError(f"toy: {type(exc).__name__}") from None
+        if response.status_code >= 300:
+            raise self.read_error(response)
+        return str(response.json()["id"])
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        self.refuse_over_long(text)
+        message_id = await self.send("POST", f"/v1/channels/{channel}/messages", text)
+        return MessageRef(channel=channel, message_id=message_id)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        self.refuse_over_long(text)
+        path = f"/v1/channels/{ref.channel}/messages/{ref.message_id}"
+        await self.send("PATCH", path, text)
+        return ref
+
+    def escape(self, text: str) -> str:
+        return neutralise_mass_mentions(text)
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+def toy_type(provider_class: type[ToyProvider] = ToyProvider) -> ProviderType:
+    return ProviderType(
+        name="toy",
+        capabilities=ToyProvider.capabilities,
+        budget=UNLIMITED_BUDGET,
+        settings_model=ToySettings,
+        factory=lambda settings, context: provider_class(settings),
+    )
+
+
+class ToyPlugin:
+    @hookimpl
+    def register_providers(self, register: Callable[[ProviderType], None]) -> None:
+        register(toy_type())
+
+
+# --------------------------------------------------------------------------- the harness
+
+
+@pytest.fixture
+def toy(start_fake: Callable[[FakeToyChat], FakeToyChat]) -> FakeToyChat:
+    return start_fake(FakeToyChat())
+
+
+def make_harness(toy: FakeToyChat, provider_class: type[ToyProvider]) -> ConformanceHarness:
+    routes = {"post": "create", "edit": "edit"}
+    replies = {
+        Fault.RATE_LIMITED: Reply.json(
+            {"code": "slow_down"}, status=429, headers={"Retry-After": str(RETRY_AFTER)}
+        ),
+        Fault.NOT_FOUND: FakeToyChat.refusal(404, "unknown_message"),
+        Fault.FORBIDDEN: FakeToyChat.refusal(403, "no_access"),
+        Fault.UNREACHABLE: FakeToyChat.refusal(410, "channel_deleted"),
+        Fault.SERVER_ERROR: FakeToyChat.refusal(502, "bad_gateway"),
+        Fault.DROPPED: Reply.dropped(),
+        Fault.SLOW: Reply.slow(3.0),
+    }
+
+    def script_fault(fault: Fault, operation: Operation) -> float | None:
+        toy.script(routes[operation], replies[fault])
+        return RETRY_AFTER if fault is Fault.RATE_LIMITED else None
+
+    return ConformanceHarness(
+        provider_type=toy_type(provider_class),
+        settings={"token": TOKEN, "api_base_url": toy.base_url},
+        channel="general",
+        context=ProviderContext(profile="toy"),
+        secrets=(TOKEN,),
+        script_fault=script_fault,
+        delivered=toy.texts,
+        request_count=toy.count,
+        plugin=ToyPlugin(),
+    )
+
+
+class TestToyConformance(ProviderConformance):
+    @pytest.fixture
+    def harness(self, toy: FakeToyChat) -> ConformanceHarness:
+        return make_harness(toy, ToyProvider)
+
+
+# --------------------------------------------------------------------------- the mutants
+
+
+class SleepsOnRateLimit(ToyProvider):
+    def read_error(self, response: httpx.Response) -> ProviderError:
+        error = super().read_error(response)
+        if isinstance(error, RateLimited):
+            # A blocking sleep, as an SDK's built-in rate-limit handler would do.
+            import time
+
+            time.sleep(error.retry_after or 0)
+        return error
+
+
+class EverythingTransient(ToyProvider):
+    def read_error(self, response: httpx.Response) -> ProviderError:
+        return TransportError(f"toy: HTTP {response.status_code}")
+
+
+class LeaksToken(ToyProvider):
+    def read_error(self, response: httpx.Response) -> ProviderError:
+        error = super().read_error(response)
+        token = self.settings.token.get_secret_value()
+        return type(error)(f"{error} (sent with token {token})")
+
+
+class NoEscape(ToyProvider):
+    def escape(self, text: str) -> str:
+        return text
+
+
+class Truncates(ToyProvider):
+    def refuse_over_long(self, text: str) -> None:
+        return None
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        return await super().post(channel, text[:MAX], thread=thread)
+
+
+class EditReposts(ToyProvider):
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        return await self.post(ref.channel, text)
+
+
+class ConnectsEagerly(ToyProvider):
+    def __init__(self, settings: ToySettings) -> None:
+        super().__init__(settings)
+        httpx.post(settings.api_base_url + "/v1/channels/general/messages", json={"text": "hi"})
+
+
+class ClaimsNoEditButEdits(ToyProvider):
+    capabilities = Capabilities(edit=False, max_length=MAX)
+
+
+SUITE = ProviderConformance()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_catches_a_provider_that_sleeps_on_a_rate_limit(toy: FakeToyChat) -> None:
+    harness = make_harness(toy, SleepsOnRateLimit)
+    with pytest.raises(AssertionError, match="slept"):
+        await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.RATE_LIMITED, "post")
+
+
+@pytest.mark.parametrize("fault", [Fault.RATE_LIMITED, Fault.NOT_FOUND, Fault.FORBIDDEN])
+async def test_catches_a_provider_that_maps_errors_wrongly(toy: FakeToyChat, fault: Fault) -> None:
+    harness = make_harness(toy, EverythingTransient)
+    with pytest.raises(AssertionError, match=f"expected {fault.expected.__name__}"):
+        await SUITE.test_fault_maps_onto_the_taxonomy(harness, fault, "edit")
+
+
+async def test_catches_a_token_in_an_error_message(
+    toy: FakeToyChat, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness = make_harness(toy, LeaksToken)
+    with pytest.raises(AssertionError, match="secret leaked"):
+        await SUITE.test_secrets_never_leak(harness, caplog)
+
+
+async def test_catches_a_token_in_a_log_record(
+    toy: FakeToyChat, caplog: pytest.LogCaptureFixture
+) -> None:
+    class LogsToken(ToyProvider):
+        async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+            import logging
+
+            secret = self.settings.token.get_secret_value()
+            logging.getLogger("toy").debug("posting with %s", secret)
+            return await super().post(channel, text, thread=thread)
+
+    with pytest.raises(AssertionError, match="secret leaked"):
+        await SUITE.test_secrets_never_leak(make_harness(toy, LogsToken), caplog)
+
+
+async def test_catches_an_escape_that_lets_everyone_be_pinged(toy: FakeToyChat) -> None:
+    with pytest.raises(AssertionError, match="survived escape"):
+        await SUITE.test_escape_prevents_mass_pings(make_harness(toy, NoEscape))
+
+
+async def test_catches_truncation_instead_of_refusal(toy: FakeToyChat) -> None:
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        await SUITE.test_over_long_text_is_refused(make_harness(toy, Truncates))
+
+
+async def test_catches_an_edit_that_posts_a_new_message(toy: FakeToyChat) -> None:
+    with pytest.raises(AssertionError):
+        await SUITE.test_post_returns_a_ref_that_edit_accepts(make_harness(toy, EditReposts))
+
+
+async def test_catches_a_provider_that_connects_when_built(toy: FakeToyChat) -> None:
+    with pytest.raises(AssertionError, match="must not contact"):
+        await SUITE.test_declares_without_connecting(make_harness(toy, ConnectsEagerly))
+
+
+async def test_catches_an_edit_that_reaches_the_platform_without_support(
+    toy: FakeToyChat,
+) -> None:
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        await SUITE.test_edit_without_support_is_refused(make_harness(toy, ClaimsNoEditButEdits))
+
+
+async def test_a_rate_limit_is_surfaced_quickly_by_the_good_provider(toy: FakeToyChat) -> None:
+    harness = make_harness(toy, ToyProvider)
+    with anyio.fail_after(RETRY_AFTER / 2):
+        await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.RATE_LIMITED, "post")
+
+
+def test_harness_build_validates_settings(toy: FakeToyChat) -> None:
+    harness = make_harness(toy, ToyProvider)
+    harness.settings = {"token": TOKEN}
+    with pytest.raises(ValueError, match="api_base_url"):
+        harness.build()
