@@ -165,8 +165,9 @@ class RegisteredProvider:
         }
 
 
-class ProviderRegistry(Mapping[str, ProviderType]):
-    """The provider types the loaded plugins registered, by name."""
+class ProviderRegistry:
+    """The provider types the loaded plugins registered, by name (``in``, iteration in name
+    order, ``len``, ``registry[name]`` and ``get(name)``, which raises ``UnknownProvider``)."""
 
     def __init__(
         self,
@@ -203,7 +204,7 @@ class ProviderRegistry(Mapping[str, ProviderType]):
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def get(self, name: str) -> ProviderType:  # type: ignore[override]
+    def get(self, name: str) -> ProviderType:
         """The provider type called ``name``; raises ``UnknownProvider`` saying how to get it."""
         return self.get_entry(name).type
 
