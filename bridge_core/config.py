@@ -518,10 +518,15 @@ def _resolve_profiles(
         )
 
 
+# Never echo the value of a key that looks like it holds a secret pasted in by mistake.
+_SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)
+
+
 def _problems_from(
     exc: ValidationError, *, prefix: str, model: type[BaseModel]
 ) -> list[ConfigProblem]:
     problems = []
+    hide_input = bool(model.model_config.get("hide_input_in_errors"))
     for error in exc.errors(include_url=False):
         loc = [str(part) for part in error["loc"] if not _is_union_branch(part)]
         key = ".".join([prefix, *loc] if prefix else loc)
@@ -536,7 +541,8 @@ def _problems_from(
         else:
             message = error["msg"].removeprefix("Value error, ")
             value = error.get("input")
-            if not isinstance(value, (dict, list, SecretStr)) and value is not None:
+            shown = not hide_input and not _SECRET_KEY.search(key)
+            if shown and value is not None and not isinstance(value, (dict, list, SecretStr)):
                 message += f" (got {value!r})"
         problems.append(ConfigProblem(key, message))
     return problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from bridge_core.config import (
     CONFIG_ENV_VAR,
@@ -18,8 +19,17 @@ from bridge_core.config import (
     parse_config,
     resolve_budget,
 )
-from bridge_core.plugins import ProviderRegistry, create_plugin_manager
-from bridge_core.provider import SLACK_BUDGET, TEAMS_BUDGET, UNLIMITED_BUDGET, SendBudget, Window
+from bridge_core.hookspecs import ProviderType
+from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
+from bridge_core.provider import (
+    SLACK_BUDGET,
+    TEAMS_BUDGET,
+    UNLIMITED_BUDGET,
+    Capabilities,
+    ChatProvider,
+    SendBudget,
+    Window,
+)
 from bridge_core.providers.console import ConsoleSettings
 
 FULL = """
@@ -271,3 +281,38 @@ def test_postgres_ledger_url_is_kept_as_a_url(providers: ProviderRegistry) -> No
     )
     assert config.stores.ledger_url == "postgresql://u@db/bridge"
     assert config.stores.ledger_path is None
+
+
+class _VaultSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    api_key: Secret
+    retries: int = 3
+
+
+def test_values_of_secret_looking_keys_are_never_echoed_in_errors() -> None:
+    vault = ProviderType(
+        name="vault",
+        capabilities=Capabilities(edit=False, max_length=100),
+        budget=SLACK_BUDGET,
+        settings_model=_VaultSettings,
+        factory=lambda settings, context: ChatProvider(),
+    )
+    registry = ProviderRegistry([RegisteredProvider(vault, "bridge-vault", "1.0")])
+    data = {
+        "profiles": {"v": {"provider": "vault", "settings": {"api_key": 12345678, "retries": "x"}}}
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=registry)
+    problems = problems_of(caught)
+    assert "12345678" not in str(caught.value)
+    assert "profiles.v.settings.api_key" in problems
+    assert "(got 'x')" in problems["profiles.v.settings.retries"]
+    config = parse_config(
+        {"profiles": {"v": {"provider": "vault", "settings": {"api_key": {"env": "K"}}}}},
+        providers=registry,
+        environ={"K": "abc"},
+    )
+    settings = config.profiles["v"].settings
+    assert isinstance(settings, _VaultSettings)
+    assert settings.api_key.get_secret_value() == "abc"
+    assert masked(settings) == {"api_key": "<secret from $K>", "retries": 3}
