@@ -13,7 +13,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 import anyio
@@ -84,7 +84,7 @@ class DeliveryLedger:
         self.schedule = schedule if schedule is not None else Schedule()
         self._clock = clock
         self._timers: list[tuple[float, str, int]] = []  # (due on anyio's clock, id, fence)
-        self._wake = anyio.Event()
+        self._wake: anyio.Event | None = None  # set while the timer task waits
 
     # ------------------------------------------------------------------ recording and sending
 
@@ -189,7 +189,8 @@ class DeliveryLedger:
         if change.in_process and change.next_attempt_at is not None:
             delay = max(0.0, change.next_attempt_at - now)
             heapq.heappush(self._timers, (anyio.current_time() + delay, row.id, row.fence))
-            self._wake.set()
+            if self._wake is not None:
+                self._wake.set()
         return "failed"
 
     # ------------------------------------------------------------------ sweeps
@@ -275,52 +276,60 @@ class DeliveryLedger:
 
     # ------------------------------------------------------------------ the loop
 
-    async def _fire_timers(self) -> None:
-        now = anyio.current_time()
-        while self._timers and self._timers[0][0] <= now:
-            _due, obligation, fence = heapq.heappop(self._timers)
+    async def _resend(self, obligation: str, fence: int) -> None:
+        """A timer fired: resend the row if it is still as the timer left it."""
+        try:
             row = await self.store.get(obligation)
             if row is None or row.fence != fence or row.state.final:
-                continue
+                return
             if row.state is State.ATTEMPTING:
-                continue
+                return
+            await self._attempt(row)
+        except Exception:
+            log.exception("ledger: resend of %s failed in the ledger itself", obligation)
+
+    async def _serve_timers(self, group: anyio.abc.TaskGroup) -> None:
+        while True:
+            now = anyio.current_time()
+            while self._timers and self._timers[0][0] <= now:
+                _due, obligation, fence = heapq.heappop(self._timers)
+                group.start_soon(self._resend, obligation, fence)
+            self._wake = anyio.Event()
+            wait = self._timers[0][0] - now if self._timers else math.inf
+            with anyio.move_on_after(wait):
+                await self._wake.wait()
+
+    async def _every(
+        self, interval: float, work: Callable[[], Awaitable[object]], what: str
+    ) -> None:
+        while True:
             try:
-                await self._attempt(row)
+                await work()
             except Exception:
-                log.exception("ledger: resend of %s failed in the ledger itself", obligation)
+                log.exception("ledger: %s failed; will try again in %.0f s", what, interval)
+            await anyio.sleep(interval)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve the in-process timers, sweep for due and orphaned rows, prune, renew the lease.
 
-        Runs until cancelled. Call ``boot_sweep`` first (the runtime does, before serving).
+        Runs until cancelled; each duty is its own task, so a long sweep never delays a lease
+        renewal or a timer. Call ``boot_sweep`` first (the runtime does, before serving).
         """
-        next_sweep = anyio.current_time() + self.schedule.sweep_interval
-        next_prune = anyio.current_time()
-        task_status.started()
-        while True:
-            now = anyio.current_time()
-            if now >= next_prune:
-                next_prune = now + self.schedule.prune_interval
-                try:
-                    await self.prune()
-                except Exception:
-                    log.exception("ledger: pruning delivered rows failed; will try again")
-            if now >= next_sweep:
-                next_sweep = now + self.schedule.sweep_interval
-                try:
-                    await self.store.renew()
-                    await self.sweep_due()
-                except Exception:
-                    log.exception("ledger: periodic sweep failed; will try again")
-            await self._fire_timers()
-            wake_at = min(next_sweep, next_prune)
-            if self._timers:
-                wake_at = min(wake_at, self._timers[0][0])
-            self._wake = anyio.Event()
-            with anyio.move_on_after(max(0.0, wake_at - anyio.current_time())):
-                await self._wake.wait()
+        async with anyio.create_task_group() as group:
+            renew_interval = self.store.renew_interval
+            if renew_interval is not None:
+                group.start_soon(self._every, renew_interval, self.store.renew, "lease renewal")
+            group.start_soon(self._every, self.schedule.prune_interval, self.prune, "pruning")
+            group.start_soon(self._serve_timers, group)
+
+            async def sweep() -> None:
+                await anyio.sleep(self.schedule.sweep_interval)
+                await self._every(self.schedule.sweep_interval, self.sweep_due, "periodic sweep")
+
+            group.start_soon(sweep)
+            task_status.started()
 
     @property
     def timers(self) -> int:

@@ -8,12 +8,15 @@ provider's name, so providers never see each other's keys.
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
 from bridge_core.ledger.memory import MemoryLedgerStore
-from bridge_core.ledger.postgres import PostgresLedgerStore
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
 from bridge_core.ledger.store import LedgerStore
 from bridge_core.provider import KeyValueStore
+
+if TYPE_CHECKING:  # psycopg is imported only when a PostgreSQL ledger is opened
+    from bridge_core.ledger.postgres import PostgresLedgerStore
 
 __all__ = [
     "MemoryKeyValueStore",
@@ -113,7 +116,10 @@ def key_value_store(store: LedgerStore) -> KeyValueStore:
     """The key-value store kept beside an open ledger ``store``."""
     if isinstance(store, SQLiteLedgerStore):
         return SQLiteKeyValueStore(store)
-    if isinstance(store, PostgresLedgerStore):
+    if type(store).__name__ == "PostgresLedgerStore":
+        from bridge_core.ledger.postgres import PostgresLedgerStore
+
+        assert isinstance(store, PostgresLedgerStore)
         return PostgresKeyValueStore(store)
     if isinstance(store, MemoryLedgerStore):
         return MemoryKeyValueStore()

@@ -62,6 +62,10 @@ class MemoryLedgerStore:
         return self._owner
 
     @property
+    def renew_interval(self) -> float | None:
+        return None  # liveness is read from the process itself, not from a lease
+
+    @property
     def location(self) -> str:
         return "memory"
 

@@ -83,6 +83,11 @@ class PostgresLedgerStore:
         return self._owner
 
     @property
+    def renew_interval(self) -> float | None:
+        # Four renewals per lease: a lease lapses only after several missed renewals.
+        return self.lease / 4
+
+    @property
     def location(self) -> str:
         return redact_url(self.url)
 

@@ -101,6 +101,10 @@ class SQLiteLedgerStore:
         conn.create_function("owner_alive", 1, self._alive, deterministic=False)
 
     @property
+    def renew_interval(self) -> float | None:
+        return None  # liveness is read from the process itself, not from a lease
+
+    @property
     def location(self) -> str:
         return str(self.path)
 

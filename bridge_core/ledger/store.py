@@ -55,6 +55,11 @@ class LedgerStore(Protocol):
         """Where the rows are (a path or a URL without its password), for messages."""
         ...
 
+    @property
+    def renew_interval(self) -> float | None:
+        """How often ``renew`` must run (``None``: never, ownership needs no renewal)."""
+        ...
+
     async def open(self) -> None:
         """Create the schema if needed and register this process as a live owner."""
         ...

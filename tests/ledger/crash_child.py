@@ -1,0 +1,178 @@
+"""A gateway-shaped child process for the crash tests: the shipped ledger and store, sending
+replies to a "platform" that appends every send to a file.
+
+Run by ``crash_harness.py`` (killed with SIGKILL at random points, then started again).
+
+- ``serve``: boot sweep, then record-and-send replies ``--first``, ``--first + 1``, ... with
+  ``--concurrency`` at once, forever (until killed).
+- ``drain``: boot sweep, then serve timers until no row is open; exit 0 when every row is final,
+  3 when some are left to the next start (the harness starts it again).
+
+Each send appends ``start`` (when the send begins) and, ``--send-delay`` later, ``sent`` (the
+platform has it) as one JSON line each, written with a single ``os.write`` on an O_APPEND file,
+so a kill never leaves half a line. Some replies are scripted to fail (see ``scripted_error``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import anyio
+
+from bridge_core.ledger import (
+    Delivery,
+    DeliveryLedger,
+    Reply,
+    Schedule,
+    State,
+    open_store,
+)
+from bridge_core.provider import MessageRef, ProviderError, RateLimited, TransportError, Unreachable
+
+SCHEDULE = Schedule(
+    resend_delays=(0.05, 0.1),
+    max_resends=3,
+    freshness=3600.0,
+    default_penalty=0.02,
+    sweep_interval=0.1,
+    concurrency=16,
+)
+
+
+def index_of(obligation: str) -> int:
+    # obligation ids are "len:profile|len:channel|len:r<index>|0"
+    return int(obligation.split("|")[2].split(":")[1][1:])
+
+
+def chunks_for(index: int) -> tuple[str, ...]:
+    if index % 7 == 1:
+        return (f"r{index} part 1", f"r{index} part 2", f"r{index} part 3")
+    return ()
+
+
+def scripted_error(delivery: Delivery) -> ProviderError | None:
+    """The platform's answers, decided by the reply's index and the claim's attempt number."""
+    index = index_of(delivery.obligation_id)
+    if index % 23 == 5:
+        return Unreachable("channel_not_found")
+    if index % 13 == 3 and delivery.attempt == 1:
+        return TransportError("503 from the platform")
+    if index % 11 == 7 and delivery.attempt <= 2:
+        return RateLimited("ratelimited", retry_after=0.02)
+    if index % 14 == 1 and delivery.part == 1 and delivery.attempt == 1:
+        return TransportError("timeout on part 2")
+    return None
+
+
+class AppendingPlatform:
+    def __init__(self, path: str, delay: float) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.delay = delay
+        self.pid = os.getpid()
+        self.count = 0
+
+    def _line(self, event: str, delivery: Delivery) -> None:
+        record = {
+            "ev": event,
+            "id": delivery.obligation_id,
+            "part": delivery.part,
+            "parts": delivery.parts,
+            "fence": delivery.fence,
+            "attempt": delivery.attempt,
+            "marked": delivery.marker is not None,
+            "text": delivery.text,
+            "pid": self.pid,
+            "t": time.time(),
+        }
+        os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
+
+    async def deliver(self, delivery: Delivery) -> MessageRef:
+        self._line("start", delivery)
+        await anyio.sleep(self.delay)
+        error = scripted_error(delivery)
+        if error is not None:
+            raise error
+        self._line("sent", delivery)
+        self.count += 1
+        return MessageRef(delivery.channel, f"{self.pid}-{self.count}", delivery.thread)
+
+
+def phase(path: str, name: str) -> None:
+    with open(path, "w", encoding="ascii") as file:
+        file.write(name)
+
+
+async def main(args: argparse.Namespace) -> int:
+    store = await open_store(args.ledger, table_prefix=args.prefix)
+    if args.lease and hasattr(store, "lease"):
+        store.lease = args.lease
+        await store.renew()
+    platform = AppendingPlatform(args.out, args.send_delay)
+    ledger = DeliveryLedger(store, deliver=platform.deliver, profiles={"X"}, schedule=SCHEDULE)
+    phase(args.phase, "boot")
+    await ledger.boot_sweep()
+    phase(args.phase, args.mode)
+    async with anyio.create_task_group() as group:
+        await group.start(ledger.run)
+        if args.mode == "drain":
+            code = await drain(ledger)
+            group.cancel_scope.cancel()
+            await store.aclose()
+            return code
+        limiter = anyio.Semaphore(args.concurrency)
+
+        async def submit(index: int) -> None:
+            try:
+                await ledger.submit(
+                    Reply.answering(
+                        profile="X",
+                        platform="console",
+                        channel="C1",
+                        answers=f"r{index}",
+                        text=f"reply r{index}",
+                        chunks=chunks_for(index),
+                    )
+                )
+            finally:
+                limiter.release()
+
+        index = args.first
+        while args.last is None or index <= args.last:
+            await limiter.acquire()
+            group.start_soon(submit, index)
+            index += 1
+    return 0
+
+
+async def drain(ledger: DeliveryLedger) -> int:
+    """Serve timers until nothing is open; 3 when rows are left for the next start."""
+    store = ledger.store
+    while True:
+        # One query, so a row cannot move between two looks (failed -> attempting).
+        open_rows = await store.rows(
+            states={State.PENDING, State.ATTEMPTING, State.FAILED}, limit=100_000
+        )
+        if not open_rows:
+            return 0
+        if all(row.state is State.FAILED and row.next_attempt_at is None for row in open_rows):
+            return 3
+        await anyio.sleep(0.05)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ledger", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--phase", required=True)
+    parser.add_argument("--mode", choices=("serve", "drain"), default="serve")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--last", type=int, default=None)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--send-delay", type=float, default=0.005)
+    parser.add_argument("--prefix", default="bridge_")
+    parser.add_argument("--lease", type=float, default=0.0)
+    sys.exit(anyio.run(main, parser.parse_args()))

@@ -1,0 +1,386 @@
+"""Kill real gateway-shaped processes with SIGKILL and check what reached the "platform".
+
+Used by ``test_crash.py`` (a few dozen kills) and ``soak.py`` (hundreds). The checks, over the
+delivery file the children append to:
+
+1. every recorded reply (every part) that was not scripted to fail for good reached the platform
+   at least once, unless its resend budget was provably spent by kills and scripted failures;
+2. every extra copy of a part carries the recovery marker (at most one unmarked copy);
+3. no copy carries the marker unless that reply had been in flight before (an earlier ``start``
+   line, or a snapshot after a kill showed it ``attempting``);
+4. nothing is sent after the row was abandoned;
+5. (shared ledger) no claim (reply, fence) was used by two processes, and a reply passes from
+   one process to another only after the first was killed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHILD = Path(__file__).with_name("crash_child.py")
+MAX_RESENDS = 3
+
+
+@dataclass
+class Kill:
+    phase: str
+    states: dict[str, int]
+    attempting: set[str]
+    at: float
+    pid: int
+
+
+@dataclass
+class Report:
+    kills: list[Kill] = field(default_factory=list)
+    replies: int = 0
+    copies: int = 0
+    marked: int = 0
+    abandoned: int = 0
+    budget_spent: int = 0
+    drains: int = 0
+
+    @property
+    def kills_while_attempting(self) -> int:
+        return sum(1 for kill in self.kills if kill.attempting)
+
+    @property
+    def kills_during_boot(self) -> int:
+        return sum(1 for kill in self.kills if kill.phase == "boot")
+
+    def summary(self) -> str:
+        lines = [
+            f"{len(self.kills)} kills: {self.kills_while_attempting} with rows attempting, "
+            f"{self.kills_during_boot} during a boot sweep; {self.replies} replies, "
+            f"{self.copies} copies sent, {self.marked} marked, {self.abandoned} abandoned "
+            f"({self.budget_spent} by a budget spent on kills), {self.drains} drain runs",
+        ]
+        for number, kill in enumerate(self.kills, 1):
+            states = " ".join(f"{k}={v}" for k, v in sorted(kill.states.items()) if v)
+            lines.append(f"  kill {number:3d} pid {kill.pid} in {kill.phase:5s}: {states}")
+        return "\n".join(lines)
+
+
+def _child(
+    ledger: str, out: Path, phase: Path, *, mode: str, first: int = 0, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    phase.write_text("")
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(CHILD),
+            "--ledger",
+            ledger,
+            "--out",
+            str(out),
+            "--phase",
+            str(phase),
+            "--mode",
+            mode,
+            "--first",
+            str(first),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            return False
+        try:
+            if phase.read_text() == wanted:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.0005)
+    return False
+
+
+def _kill(child: subprocess.Popen[bytes]) -> None:
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    if child.stderr is not None:
+        child.stderr.close()
+
+
+Snapshot = Callable[[], tuple[dict[str, int], dict[str, str | None], int]]
+"""counts by state, {attempting id: owner}, highest reply index recorded."""
+
+
+def sqlite_snapshot(path: Path) -> Snapshot:
+    def snapshot() -> tuple[dict[str, int], dict[str, str | None], int]:
+        conn = sqlite3.connect(path, timeout=30)
+        try:
+            counts = dict(conn.execute("SELECT state, count(*) FROM ledger GROUP BY state"))
+            attempting = dict(
+                conn.execute("SELECT id, owner FROM ledger WHERE state = 'attempting'")
+            )
+            ids = [row[0] for row in conn.execute("SELECT id FROM ledger")]
+        finally:
+            conn.close()
+        return counts, attempting, max((_index(i) for i in ids), default=-1)
+
+    return snapshot
+
+
+def _index(obligation: str) -> int:
+    return int(obligation.split("|")[2].split(":")[1][1:])
+
+
+def _drain(ledger: str, out: Path, tmp: Path, report: Report, extra: tuple[str, ...]) -> None:
+    for _ in range(8):
+        child = _child(ledger, out, tmp / "drain.phase", mode="drain", extra=extra)
+        try:
+            _, err = child.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            _kill(child)
+            raise AssertionError("a drain run did not finish within 120 s") from None
+        report.drains += 1
+        if child.returncode == 0:
+            return
+        if child.returncode != 3:
+            raise AssertionError(f"drain run failed ({child.returncode}): {err.decode()[-2000:]}")
+    raise AssertionError("rows were still open after 8 drain runs")
+
+
+def run_sqlite(tmp: Path, *, kills: int, seed: int, boot_share: float = 0.3) -> Report:
+    """Kill one child ``kills`` times on a SQLite ledger, drain, and check the delivery file."""
+    rng = random.Random(seed)
+    db, out = tmp / "ledger.db", tmp / "sent.jsonl"
+    phase = tmp / "child.phase"
+    snapshot = sqlite_snapshot(db)
+    report = Report()
+    first = 0
+    for _ in range(kills):
+        child = _child(str(db), out, phase, mode="serve", first=first)
+        if rng.random() < boot_share:
+            _wait_phase(child, phase, "boot", 30)
+            time.sleep(rng.uniform(0, 0.004))
+        else:
+            _wait_phase(child, phase, "serve", 30)
+            time.sleep(rng.uniform(0.005, 0.2))
+        if child.poll() is not None:
+            err = child.stderr.read().decode() if child.stderr else ""
+            raise AssertionError(f"the child exited by itself ({child.returncode}): {err[-2000:]}")
+        _kill(child)
+        at = time.time()
+        counts, attempting, highest = snapshot()
+        report.kills.append(Kill(phase.read_text(), counts, set(attempting), at, child.pid))
+        first = highest + 1
+    _drain(str(db), out, tmp, report, ())
+    final = _final_rows_sqlite(db)
+    check(out, final, report)
+    return report
+
+
+def _final_rows_sqlite(db: Path) -> dict[str, dict[str, Any]]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return {row["id"]: dict(row) for row in conn.execute("SELECT * FROM ledger")}
+    finally:
+        conn.close()
+
+
+def _scripted_to_fail(index: int) -> bool:
+    return index % 23 == 5
+
+
+def _scripted_failures(index: int) -> int:
+    """Failed attempts scripted for a reply that spend the resend budget."""
+    return int(index % 13 == 3) + int(index % 14 == 1)
+
+
+def read_sends(out: Path) -> list[dict[str, Any]]:
+    if not out.exists():
+        return []
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def check(
+    out: Path,
+    final: dict[str, dict[str, Any]],
+    report: Report,
+    *,
+    deaths: dict[int, float] | None = None,
+) -> None:
+    events = read_sends(out)
+    report.replies = len(final)
+    by_part: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    starts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        if event["ev"] == "sent":
+            by_part[(event["id"], event["part"])].append(event)
+        else:
+            starts[event["id"]].append(event)
+    seen_attempting: dict[str, float] = {}
+    for kill in report.kills:
+        for obligation in kill.attempting:
+            seen_attempting.setdefault(obligation, kill.at)
+    problems: list[str] = []
+    for obligation, row in final.items():
+        index = _index(obligation)
+        assert row["state"] in ("delivered", "abandoned"), f"{obligation} left {row['state']}"
+        parts = len(json.loads(row["chunks"])) if row["chunks"] else 1
+        if row["state"] == "abandoned":
+            report.abandoned += 1
+            late = [s for s in starts[obligation] if s["t"] > row["updated_at"]]
+            if late:
+                problems.append(f"{obligation}: sent after it was abandoned: {late[0]}")
+            if not _scripted_to_fail(index):
+                hits = sum(1 for kill in report.kills if obligation in kill.attempting)
+                if hits + _scripted_failures(index) < MAX_RESENDS + 1:
+                    problems.append(
+                        f"{obligation}: abandoned ({row['last_error']}) with only {hits} kills "
+                        "mid-send to explain it"
+                    )
+                report.budget_spent += 1
+            continue
+        for part in range(parts):
+            copies = sorted(by_part[(obligation, part)], key=lambda e: e["t"])
+            if not copies:
+                problems.append(f"{obligation} part {part}: delivered in the ledger, never sent")
+                continue
+            report.copies += len(copies)
+            unmarked = [c for c in copies if not c["marked"]]
+            if len(unmarked) > 1:
+                problems.append(f"{obligation} part {part}: {len(unmarked)} unmarked copies")
+            for copy in copies:
+                if not copy["marked"]:
+                    continue
+                report.marked += 1
+                earlier = any(
+                    s["t"] < copy["t"] and s["fence"] < copy["fence"] for s in starts[obligation]
+                )
+                snap = seen_attempting.get(obligation)
+                if not earlier and (snap is None or snap > copy["t"]):
+                    problems.append(f"{obligation} part {part}: marked but never in flight before")
+    fences: dict[tuple[str, int], set[int]] = defaultdict(set)
+    for obligation, events_of in starts.items():
+        for event in events_of:
+            fences[(obligation, event["fence"])].add(event["pid"])
+        if deaths is not None:
+            ordered = sorted(events_of, key=lambda e: e["fence"])
+            for before, after in itertools.pairwise(ordered):
+                if before["pid"] != after["pid"]:
+                    died = deaths.get(before["pid"])
+                    if died is None or died > after["t"]:
+                        problems.append(
+                            f"{obligation}: taken by pid {after['pid']} at fence {after['fence']} "
+                            f"while pid {before['pid']} (fence {before['fence']}) was alive"
+                        )
+    shared = [key for key, pids in fences.items() if len(pids) > 1]
+    if shared:
+        problems.append(f"claims used by two processes: {shared[:5]}")
+    recorded_sends = {e["id"] for e in events}
+    unknown = recorded_sends - set(final)
+    if unknown:
+        problems.append(f"sends of replies the ledger does not know: {sorted(unknown)[:5]}")
+    if problems:
+        raise AssertionError(
+            f"{len(problems)} problems:\n" + "\n".join(problems[:30]) + "\n" + report.summary()
+        )
+
+
+def run_postgres_pair(
+    url: str, prefix: str, tmp: Path, *, kills: int, seed: int, lease: float = 1.5
+) -> Report:
+    """Two live children share a PostgreSQL ledger and answer the same replies; one at a time
+    is killed; the survivor must recover the victim's rows; then the victim comes back."""
+    import psycopg
+
+    rng = random.Random(seed)
+    out = tmp / "sent.jsonl"
+    extra = ("--prefix", prefix, "--lease", str(lease))
+    report = Report()
+    deaths: dict[int, float] = {}
+    phases = [tmp / "a.phase", tmp / "b.phase"]
+    children = [_child(url, out, phases[n], mode="serve", first=0, extra=extra) for n in range(2)]
+    table = f"{prefix}ledger"
+
+    def snapshot() -> tuple[dict[str, int], dict[str, str | None], int]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            counts = dict(
+                conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
+            )
+            attempting = dict(
+                conn.execute(f"SELECT id, owner FROM {table} WHERE state = 'attempting'").fetchall()
+            )
+            ids = [row[0] for row in conn.execute(f"SELECT id FROM {table}").fetchall()]
+        return counts, attempting, max((_index(i) for i in ids), default=-1)
+
+    try:
+        for n in range(2):
+            assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
+        for number in range(kills):
+            time.sleep(rng.uniform(0.05, 0.3))
+            victim = number % 2
+            child = children[victim]
+            if child.poll() is not None:
+                err = child.stderr.read().decode() if child.stderr else ""
+                raise AssertionError(f"child exited by itself ({child.returncode}): {err[-2000:]}")
+            _kill(child)
+            deaths[child.pid] = time.time()
+            counts, attempting, highest = snapshot()
+            orphans = {
+                oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner
+            }
+            report.kills.append(Kill("serve", counts, orphans, deaths[child.pid], child.pid))
+            # The survivor must take the victim's in-flight rows over once its lease expires.
+            deadline = time.monotonic() + lease + 15
+            while orphans and time.monotonic() < deadline:
+                _, now_attempting, _ = snapshot()
+                orphans = {
+                    oid
+                    for oid in orphans
+                    if (now_attempting.get(oid) or "").find(f"|{child.pid}|") >= 0
+                }
+                time.sleep(0.05)
+            assert not orphans, f"the survivor did not recover {sorted(orphans)[:5]}"
+            children[victim] = _child(
+                url, out, phases[victim], mode="serve", first=highest + 1, extra=extra
+            )
+            assert _wait_phase(children[victim], phases[victim], "serve", 30)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                _kill(child)
+                deaths[child.pid] = time.time()
+    _drain(url, out, tmp, report, extra)
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(f"SELECT * FROM {table}")
+        names = [column.name for column in cursor.description or ()]
+        final = {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+    for row in final.values():
+        row["chunks"] = row["chunks"] or ""
+    check(out, final, report, deaths=deaths)
+    return report
+
+
+def phases_seen(report: Report) -> Counter[str]:
+    return Counter(kill.phase for kill in report.kills)
+
+
+if __name__ == "__main__":  # a quick manual run: python tests/ledger/crash_harness.py DIR
+    import tempfile
+
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
+    os.makedirs(folder, exist_ok=True)
+    print(run_sqlite(folder, kills=10, seed=1).summary())

@@ -1,0 +1,69 @@
+"""The crash test of the real thing: SIGKILL a child running the shipped ledger and store.
+
+See ``crash_harness.py`` for what is checked. The normal suite kills a few dozen times; the soak
+(``python tests/ledger/soak.py --kills 300``, or ``pytest -m slow``) kills hundreds of times.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bridge_core.testing.services import require_postgres
+
+sys.path.insert(0, str(Path(__file__).parent))
+from crash_harness import run_postgres_pair, run_sqlite
+
+SEED = int(os.environ.get("BRIDGE_CRASH_SEED", "20261130"))
+soak = pytest.mark.skipif(
+    not os.environ.get("BRIDGE_SOAK"), reason="soak: set BRIDGE_SOAK=1 (or run soak.py)"
+)
+
+
+def _sqlite(tmp_path: Path, kills: int) -> None:
+    report = run_sqlite(tmp_path, kills=kills, seed=SEED)
+    print(report.summary())
+    # The kills must hit sends in flight and boot sweeps, or the test proves little.
+    assert report.kills_while_attempting >= len(report.kills) // 3, report.summary()
+    assert report.kills_during_boot >= 1, report.summary()
+    assert report.marked >= 1 and report.replies >= kills
+
+
+def test_sqlite_ledger_survives_sigkill(tmp_path: Path) -> None:
+    _sqlite(tmp_path, kills=24)
+
+
+@pytest.mark.slow
+@soak
+def test_sqlite_ledger_soak(tmp_path: Path) -> None:
+    _sqlite(tmp_path, kills=300)
+
+
+def _postgres(tmp_path: Path, kills: int) -> None:
+    url = require_postgres()
+    prefix = f"crash{uuid.uuid4().hex[:8]}_"
+    try:
+        report = run_postgres_pair(url, prefix, tmp_path, kills=kills, seed=SEED)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in ("ledger", "owners", "kv"):
+                conn.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+    print(report.summary())
+    assert report.kills_while_attempting >= 1, report.summary()
+
+
+@pytest.mark.postgres
+def test_postgres_ledger_shared_by_two_processes_survives_sigkill(tmp_path: Path) -> None:
+    _postgres(tmp_path, kills=4)
+
+
+@pytest.mark.slow
+@soak
+@pytest.mark.postgres
+def test_postgres_ledger_soak(tmp_path: Path) -> None:
+    _postgres(tmp_path, kills=60)
