@@ -1,0 +1,117 @@
+"""Reading Bot Connector failures as the core's error taxonomy.
+
+The connector answers errors with an HTTP status and ``{"error": {"code", "message"}}``; msrest
+raises them as ``ErrorResponseException`` (``.response`` is the ``requests.Response``)::
+
+    429 Throttled (Retry-After)                           -> RateLimited(retry_after)
+    412 PreconditionFailed, 502, 503, 504, network        -> TransportError (retry with backoff)
+    500 ServiceError on a post                            -> Unreachable (Microsoft: do not retry;
+                                                             the message may exist already)
+    500 on an edit                                        -> TransportError (a PUT is idempotent)
+    403 BotDisabledByAdmin, ConversationBlockedByUser     -> Unreachable
+    403 BotNotInConversationRoster, NotEnoughPermissions  -> Forbidden (the bot may be re-added)
+    404 ActivityNotFoundInConversation                    -> NotFound
+    404 ConversationNotFound                              -> Unreachable
+    413 MessageSizeTooBig, 400, 401, other 4xx            -> Unreachable
+    token service refusing the app id and password        -> Unreachable
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import requests
+from msrest.exceptions import ClientRequestError, HttpOperationError
+
+from bridge_core import (
+    Forbidden,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+from bridge_teams.transport import CredentialsError
+
+__all__ = ["CODE_TABLE", "map_teams_error"]
+
+Operation = Literal["post", "edit"]
+
+CODE_TABLE: dict[str, tuple[type[ProviderError], str]] = {
+    "BotDisabledByAdmin": (Unreachable, "an admin disabled the bot"),
+    "ConversationBlockedByUser": (Unreachable, "the user blocked the bot"),
+    "BotNotInConversationRoster": (Forbidden, "the bot is not a member of the conversation"),
+    "NotEnoughPermissions": (Forbidden, "the bot lacks permission in the conversation"),
+    "ActivityNotFoundInConversation": (NotFound, "the message was deleted"),
+    "ConversationNotFound": (Unreachable, "the conversation does not exist"),
+    "MessageSizeTooBig": (Unreachable, "the message is over Teams' size limit"),
+}
+
+_TRANSIENT_STATUSES = frozenset({408, 412, 502, 503, 504})
+
+
+def _code_of(error: HttpOperationError) -> str:
+    nested: Any = getattr(getattr(error, "error", None), "error", None)
+    code = getattr(nested, "code", None)
+    if code:
+        return str(code)
+    response = getattr(error, "response", None)
+    try:
+        body = response.json() if response is not None else {}
+        return str(body.get("error", {}).get("code", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _retry_after(response: Any) -> float | None:
+    raw = getattr(response, "headers", {}).get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def map_teams_error(error: BaseException, *, operation: Operation, where: str) -> ProviderError:
+    """The core error for an SDK exception raised while doing ``where``. Messages carry the
+    status and the connector's error code, never headers or tokens."""
+    if isinstance(error, ProviderError):
+        return error
+    if isinstance(error, CredentialsError):
+        if error.status is None or error.status >= 500:
+            return TransportError(f"Teams {where}: {error}")
+        return Unreachable(f"Teams {where}: {error}; check app_id and app_password")
+    if isinstance(error, HttpOperationError):
+        response = error.response
+        status = int(getattr(response, "status_code", 0) or 0)
+        code = _code_of(error)
+        detail = f"HTTP {status}" + (f" {code}" if code else "")
+        if status == 429:
+            return RateLimited(
+                f"Teams throttled {where} ({detail})", retry_after=_retry_after(response)
+            )
+        if code in CODE_TABLE:
+            kind, meaning = CODE_TABLE[code]
+            return kind(f"Teams refused {where}: {meaning} ({detail})")
+        if status in _TRANSIENT_STATUSES:
+            return TransportError(f"Teams failed {where} ({detail}); retry with backoff")
+        if status == 500:
+            if operation == "edit":
+                return TransportError(f"Teams failed {where} ({detail})")
+            return Unreachable(
+                f"Teams failed {where} ({detail}); not resent, as Microsoft advises for 500 "
+                "(the message may have been posted)"
+            )
+        if status == 403:
+            return Forbidden(f"Teams refused {where} ({detail})")
+        if status == 404:
+            if operation == "edit":
+                return NotFound(f"Teams refused {where}: not found ({detail})")
+            return Unreachable(f"Teams refused {where}: conversation not found ({detail})")
+        if status == 401:
+            return Unreachable(f"Teams refused {where}: bad credentials ({detail})")
+        if status >= 500:
+            return TransportError(f"Teams failed {where} ({detail})")
+        return Unreachable(f"Teams refused {where} ({detail}); resending will not help")
+    if isinstance(error, (ClientRequestError, requests.RequestException, OSError, TimeoutError)):
+        return TransportError(f"network failure during Teams {where}: {type(error).__name__}")
+    return TransportError(f"unexpected failure during Teams {where}: {type(error).__name__}")

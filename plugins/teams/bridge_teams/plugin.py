@@ -1,0 +1,34 @@
+"""The entry point bridge-core loads (group ``bridge_core``, name ``teams``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bridge_core import TEAMS_BUDGET
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_teams.provider import CAPABILITIES, TeamsProvider, TeamsSettings
+
+__all__ = ["create_provider", "provider_type", "register_providers"]
+
+
+def create_provider(settings: TeamsSettings, context: ProviderContext) -> TeamsProvider:
+    """Build one Teams provider for a bot profile; conversation references go to ``context.kv``."""
+    return TeamsProvider(
+        settings, profile=context.profile, kv=context.kv, api_base_url=context.api_base_url
+    )
+
+
+def provider_type() -> ProviderType:
+    return ProviderType(
+        name="teams",
+        capabilities=CAPABILITIES,
+        budget=TEAMS_BUDGET,
+        settings_model=TeamsSettings,
+        factory=create_provider,
+        description="Microsoft Teams via the Bot Connector (botbuilder); JWT-checked inbound.",
+    )
+
+
+@hookimpl
+def register_providers(register: Callable[[ProviderType], None]) -> None:
+    register(provider_type())

@@ -1,0 +1,257 @@
+"""The Teams provider: Bot Connector sends through ``TeamsTransport``, inbound over HTTP.
+
+Outbound, each send needs a conversation reference (service URL, conversation, bot, tenant). The
+provider keeps the latest one per channel in the core's key-value store, learned from inbound
+activities (and installs), so proactive sends work after a restart; without one it builds a
+reference from ``service_url`` and the channel id. Replies in a channel thread go to the reply
+chain ``<channel>;messageid=<root>``.
+
+Inbound, ``http_routes`` serves the Bot Framework messaging endpoint: the JWT is validated
+(``bridge_teams.auth``) before anything else; ``insecure_skip_token_validation`` turns that off
+for local development only and is never the default.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from botbuilder.schema import Activity, ConversationReference
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from bridge_core import (
+    Capabilities,
+    ChatProvider,
+    HttpRequest,
+    HttpResponse,
+    HttpRoute,
+    InboundSink,
+    KeyValueStore,
+    LengthUnit,
+    MessageRef,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.text import measure, neutralise_mass_mentions
+from bridge_teams.auth import (
+    BOT_FRAMEWORK_OPENID_URL,
+    InvalidToken,
+    KeySource,
+    OpenIdKeys,
+    TokenValidator,
+)
+from bridge_teams.errors import map_teams_error
+from bridge_teams.inbound import (
+    ReferenceStore,
+    conversation_id,
+    inbound_from_activity,
+)
+from bridge_teams.transport import (
+    DEFAULT_SCOPE,
+    ClientCredentials,
+    ConnectorTransport,
+    ReferenceDefaults,
+    TeamsTransport,
+    message_activity,
+)
+
+__all__ = ["CAPABILITIES", "MAX_TEXT_BYTES", "TeamsProvider", "TeamsSettings"]
+
+_log = logging.getLogger("bridge_teams")
+
+# Teams caps a message's whole payload near 28 KB. msrest serialises with JSON's ASCII escapes, so
+# text can grow up to threefold on the wire (an emoji's 4 UTF-8 bytes become a 12-byte surrogate
+# escape pair); 8,000 UTF-8 bytes of text stay under the cap with room for the envelope (ADR 0046).
+MAX_TEXT_BYTES = 8000
+CAPABILITIES = Capabilities(
+    edit=True,
+    max_length=MAX_TEXT_BYTES,
+    length_unit=LengthUnit.BYTES,
+    threads=True,
+    inbound=True,
+    probe=False,
+)
+
+_AT_TAG = re.compile(r"<(/?)(at\b)", re.IGNORECASE)
+_SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
+
+
+def default_token_url(tenant_id: str | None) -> str:
+    return f"https://login.microsoftonline.com/{tenant_id or 'botframework.com'}/oauth2/v2.0/token"
+
+
+class TeamsSettings(BaseModel):
+    """A Teams bot profile's ``settings`` table."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    app_id: str = Field(description="The bot's Microsoft app id.")
+    app_password: SecretStr = Field(description="The app's client secret (an env reference).")
+    tenant_id: str | None = Field(None, description="Tenant of a single-tenant bot.")
+    service_url: str | None = Field(
+        None,
+        description="Bot Connector service URL for channels no inbound activity has introduced "
+        "yet (e.g. https://smba.trafficmanager.net/teams/); the API base for tests and proxies.",
+    )
+    token_url: str | None = Field(
+        None, description="OAuth token endpoint; default: login.microsoftonline.com for the tenant."
+    )
+    oauth_scope: str = Field(DEFAULT_SCOPE, description="Scope of the connector token.")
+    openid_metadata_url: str = Field(
+        BOT_FRAMEWORK_OPENID_URL, description="Where inbound tokens' signing keys are published."
+    )
+    messaging_path: str = Field("/api/teams/messages", description="The messaging endpoint path.")
+    call_deadline: float = Field(15.0, gt=0, le=120, description="Timeout of one connector call.")
+    insecure_skip_token_validation: bool = Field(
+        False,
+        description="Accept inbound requests without checking their JWT. Local development only.",
+    )
+
+
+class TeamsProvider(ChatProvider):
+    """One Teams bot profile."""
+
+    name = "teams"
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        settings: TeamsSettings,
+        *,
+        profile: str,
+        kv: KeyValueStore | None = None,
+        transport: TeamsTransport | None = None,
+        keys: KeySource | None = None,
+        api_base_url: str | None = None,
+    ) -> None:
+        self._settings = settings
+        self._profile = profile
+        self._service_url = api_base_url or settings.service_url
+        if transport is None:
+            credentials = ClientCredentials(
+                app_id=settings.app_id,
+                password=settings.app_password.get_secret_value(),
+                token_url=settings.token_url or default_token_url(settings.tenant_id),
+                scope=settings.oauth_scope,
+                timeout=settings.call_deadline,
+            )
+            transport = ConnectorTransport(credentials, timeout=settings.call_deadline)
+        self._transport = transport
+        self._references = ReferenceStore(kv, profile=profile)
+        self._validator = TokenValidator(
+            app_id=settings.app_id, keys=keys or OpenIdKeys(settings.openid_metadata_url)
+        )
+        if settings.insecure_skip_token_validation:
+            _log.warning(
+                "Teams profile %r accepts inbound requests WITHOUT token validation "
+                "(insecure_skip_token_validation); never use this outside local development",
+                profile,
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"TeamsProvider(profile={self._profile!r}, app_id={self._settings.app_id!r}, "
+            f"service_url={self._service_url!r})"
+        )
+
+    # ------------------------------------------------------------------ outbound
+
+    async def _reference(self, channel: str, thread: str | None) -> ConversationReference:
+        stored = await self._references.recall(channel)
+        if stored is None:
+            if self._service_url is None:
+                raise Unreachable(
+                    f"no conversation reference for Teams channel {channel!r}: the bot learns "
+                    "one when it is installed or messaged there; or set service_url"
+                )
+            defaults = ReferenceDefaults(
+                service_url=self._service_url,
+                bot_id=f"28:{self._settings.app_id}",
+                tenant_id=self._settings.tenant_id,
+            )
+            stored = defaults.reference_for(channel)
+        reference = copy.deepcopy(stored)
+        reference.conversation.id = conversation_id(channel, thread)
+        return reference
+
+    def _check_length(self, text: str) -> None:
+        size = measure(text, LengthUnit.BYTES)
+        if size > MAX_TEXT_BYTES:
+            raise Unreachable(
+                f"text is {size} UTF-8 bytes, over the {MAX_TEXT_BYTES} this provider sends "
+                "in one Teams message: chunk it with bridge_core.text.prepare before posting"
+            )
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        self._check_length(text)
+        where = f"post to {conversation_id(channel, thread)}"
+        reference = await self._reference(channel, thread)
+        try:
+            activity_id = await self._transport.send(reference, message_activity(text))
+        except Exception as exc:
+            raise map_teams_error(exc, operation="post", where=where) from None
+        if not activity_id:
+            raise TransportError(f"Teams accepted the {where} but returned no activity id")
+        return MessageRef(channel=channel, message_id=activity_id, thread=thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        self._check_length(text)
+        where = f"edit of {ref.message_id} in {conversation_id(ref.channel, ref.thread)}"
+        reference = await self._reference(ref.channel, ref.thread)
+        try:
+            await self._transport.update(
+                reference, message_activity(text, activity_id=ref.message_id)
+            )
+        except Exception as exc:
+            raise map_teams_error(exc, operation="edit", where=where) from None
+        return ref
+
+    def escape(self, text: str) -> str:
+        # No mention entities are ever sent, but an <at> tag in agent text would still render
+        # as a mention-looking pill; HTML-escape its bracket so it reads as text.
+        text = neutralise_mass_mentions(text)
+        text = _SLACK_MASS.sub("<\u200b!", text)
+        return _AT_TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    # ------------------------------------------------------------------ inbound
+
+    def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
+        async def messages(request: HttpRequest) -> HttpResponse:
+            return await self.handle_activity(request, sink)
+
+        return (HttpRoute("POST", self._settings.messaging_path, messages),)
+
+    async def handle_activity(self, request: HttpRequest, sink: InboundSink) -> HttpResponse:
+        """Validate and take one request from the Bot Connector."""
+        try:
+            body = json.loads(request.body.decode("utf-8"))
+            activity: Activity = Activity.deserialize(body)
+        except (ValueError, UnicodeDecodeError, TypeError):
+            return _json_response(400, {"error": "the body is not a Bot Framework activity"})
+        if activity is None or activity.type is None or activity.conversation is None:
+            return _json_response(400, {"error": "the body is not a Bot Framework activity"})
+        if not self._settings.insecure_skip_token_validation:
+            try:
+                await self._validator.validate(
+                    request.header("Authorization"),
+                    channel_id=activity.channel_id,
+                    service_url=activity.service_url,
+                )
+            except InvalidToken as exc:
+                _log.info("refused a Teams request for %r: %s", self._profile, exc.reason)
+                return _json_response(401, {"error": "unauthorized"})
+        await self._references.remember(activity)
+        message = inbound_from_activity(activity, profile=self._profile)
+        if message is not None:
+            await sink(message)
+        return _json_response(200, {})
+
+
+def _json_response(status: int, body: dict[str, str]) -> HttpResponse:
+    return HttpResponse(status=status, body=json.dumps(body).encode("utf-8"))
