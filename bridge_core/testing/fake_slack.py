@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import itertools
 import json as jsonlib
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -88,6 +89,8 @@ class FakeSlack(FakePlatform):
         self.messages: dict[tuple[str, str], FakeSlackMessage] = {}
         self._seq = itertools.count(1)
         self._epoch = int(time.time())
+        self._posting_limit: tuple[int, float] | None = None
+        self._buckets: dict[str, tuple[float, float]] = {}  # channel -> (tokens, at)
         for channel in channels:
             self.add_channel(channel)
         for method, route in (
@@ -122,6 +125,27 @@ class FakeSlack(FakePlatform):
             )
             self.channels[channel_id] = channel
             return channel
+
+    def limit_posting(self, *, burst: int, per_second: float) -> None:
+        """Rate-limit writes (posts and edits) per channel like Slack: a token bucket of
+        ``burst`` refilling at ``per_second``; past it, HTTP 429 with ``Retry-After`` (whole
+        seconds, rounded up) and ``{"ok": false, "error": "ratelimited"}``."""
+        with self.lock:
+            self._posting_limit = (burst, per_second)
+            self._buckets.clear()
+
+    def _spend(self, channel: str) -> Reply | None:
+        if self._posting_limit is None:
+            return None
+        burst, per_second = self._posting_limit
+        now = time.monotonic()
+        tokens, at = self._buckets.get(channel, (float(burst), now))
+        tokens = min(float(burst), tokens + (now - at) * per_second)
+        if tokens < 1.0:
+            self._buckets[channel] = (tokens, now)
+            return self.rate_limited(max(1, math.ceil((1.0 - tokens) / per_second)))
+        self._buckets[channel] = (tokens - 1.0, now)
+        return None
 
     def add_foreign_message(self, channel: str, text: str, *, user: str = "U0SOMEONE") -> str:
         """A message someone else wrote (the bot may not edit it); returns its ts."""
@@ -282,6 +306,9 @@ class FakeSlack(FakePlatform):
             text = self._text(params)
             if isinstance(text, Reply):
                 return text
+            limited = self._spend(channel.id)
+            if limited is not None:
+                return limited
             thread_ts = params.get("thread_ts")
             if thread_ts is not None and not isinstance(thread_ts, str):
                 return self.error("invalid_thread_ts")
@@ -319,6 +346,9 @@ class FakeSlack(FakePlatform):
             text = self._text(params)
             if isinstance(text, Reply):
                 return text
+            limited = self._spend(channel.id)
+            if limited is not None:
+                return limited
             message.edits.append(message.text)
             message.text = text
             return self._ok(

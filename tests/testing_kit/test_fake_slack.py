@@ -156,3 +156,21 @@ def test_signed_headers_verify_with_the_sdk() -> None:
     old = signed_headers(secret, body, timestamp=time.time() - 600)
     assert not verifier.is_valid_request(body, old)
     assert json.loads(body)["event"]["channel"] == "C1"
+
+
+def test_posting_faster_than_the_limit_gets_slacks_429(fake_slack: FakeSlack) -> None:
+    fake_slack.limit_posting(burst=3, per_second=0.5)
+    fake_slack.add_channel("C0OTHER")
+    answers = [
+        call(fake_slack, "chat.postMessage", json={"channel": "C0GENERAL", "text": str(n)})
+        for n in range(4)
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert answers[-1].json() == {"ok": False, "error": "ratelimited"}
+    assert int(answers[-1].headers["Retry-After"]) >= 1
+    ts = answers[0].json()["ts"]
+    edit = call(fake_slack, "chat.update", json={"channel": "C0GENERAL", "ts": ts, "text": "e"})
+    assert edit.status_code == 429, "edits count against the channel's limit too"
+    other = call(fake_slack, "chat.postMessage", json={"channel": "C0OTHER", "text": "x"})
+    assert other.status_code == 200, "the limit is per channel"
+    assert fake_slack.texts("C0GENERAL") == ["0", "1", "2"]

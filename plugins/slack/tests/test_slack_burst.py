@@ -2,11 +2,12 @@
 plugin and its real client, against FakeSlack over local HTTP, on a clock compressed tenfold.
 
 The HTTP is real, so time cannot be virtual: every duration (hold, window, the budget's rate,
-windows and edit spacing) is divided by ``SPEED`` instead. Slack itself answers one 429 midway,
-which the plugin must surface and the sender wait out. Checked: the calls the plugin was asked to
-make stay within the scaled Slack budget exactly; what FakeSlack received is those calls and no
-more (no hidden resends), within the budget up to network jitter; and the channel reads like
-scenario B (one summary, two failure posts, a final 28 done and 2 failed).
+windows and edit spacing) is divided by ``SPEED`` instead. FakeSlack enforces Slack's own
+per-channel limit and answers one scripted 429 midway, which the plugin must surface and the
+sender wait out. Checked: the calls the plugin was asked to make stay within the scaled Slack
+budget exactly; what FakeSlack received is those calls and no more (no hidden resends), within
+the budget up to network jitter; Slack never had to refuse anything but the scripted 429; and
+the channel reads like scenario B (one summary, two failure posts, a final 28 done, 2 failed).
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ async def test_scenario_b_burst_stays_within_the_slack_budget(
     fake_slack: FakeSlack, slack_settings: dict[str, Any]
 ) -> None:
     budget = scaled(SLACK_BUDGET, SPEED)
+    # Slack's own limit, as the fake enforces it: about 1/s per channel with short bursts (one
+    # more than the budget's, for network jitter). Any 429 but the scripted one fails the test.
+    fake_slack.limit_posting(burst=SLACK_BUDGET.burst + 1, per_second=1.0 * SPEED)
     provider = RecordingSlack(SlackSettings.model_validate(slack_settings), profile="burst")
     sender = ChannelSender(provider, channel=CHANNEL, budget=budget, random=random.Random(5))
     config = NotifyConfig(hold=2.0 / SPEED, threshold=5, window=10.0 / SPEED)
