@@ -10,6 +10,7 @@ import click
 
 from bridge_core.runtime.demo import run_demo
 from bridge_core.runtime.logs import configure_logging
+from bridge_core.runtime.serve import exit_process
 
 __all__ = ["command"]
 
@@ -47,3 +48,5 @@ def command(seconds: float, forever: bool, data_dir: Path | None, interactive: b
         anyio.run(main, backend="asyncio")
     except KeyboardInterrupt:
         click.echo("demo interrupted", err=True)
+        exit_process(130)
+    exit_process(0)

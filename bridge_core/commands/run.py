@@ -12,7 +12,7 @@ from bridge_core.commands import config_option, load_cli_config
 from bridge_core.runtime.agents import AgentLoadError
 from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
 from bridge_core.runtime.logs import configure_logging
-from bridge_core.runtime.serve import config_secrets, serve
+from bridge_core.runtime.serve import config_secrets, exit_process, serve
 
 __all__ = ["command"]
 
@@ -94,3 +94,4 @@ def command(
     except (GatewayError, AgentLoadError) as exc:
         logging.getLogger("bridge_core.runtime").error("%s", exc)
         raise click.ClickException(str(exc)) from exc
+    exit_process(0)

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from bridge_core.runtime.gateway import Gateway
 from bridge_core.runtime.http_api import ShuttingDown
 from bridge_core.runtime.logs import url_secrets
 
-__all__ = ["config_secrets", "serve"]
+__all__ = ["config_secrets", "exit_process", "serve"]
 
 log = logging.getLogger("bridge_core.runtime")
 
@@ -60,8 +61,20 @@ async def _watch_signals(gateway: Gateway) -> None:
                 gateway.stop()
             else:
                 log.warning("%s again: exiting now; unfinished replies stay in the ledger", name)
-                logging.shutdown()
-                os._exit(128 + signum)
+                exit_process(128 + signum)
+
+
+def exit_process(code: int) -> None:
+    """Flush and leave now. A worker thread blocked reading a terminal (stdin inbound, typed
+    demo lines) can be abandoned by anyio but not joined, so a normal interpreter exit would
+    wait for the next line; everything durable was already written and closed."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _write_ready(path: Path, gateway: Gateway) -> None:
