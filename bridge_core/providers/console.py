@@ -14,7 +14,8 @@ Message ids are a random run prefix plus a counter, so they stay unique across r
 Faults are scripted with ``script_fault(channel, error)`` (the next send to that channel raises
 it) or listed in the settings; ``block(channel)`` makes posts raise ``Forbidden`` and ``probe``
 answer False until ``unblock``. Inbound, lines typed on standard input (or read from a file) become
-``InboundMessage``\\ s; a line ``#other text`` goes to channel ``other``.
+``InboundMessage``\\ s; a line ``#other text`` goes to channel ``other``; a JSON object line
+``{"id": ..., "text": ..., "channel"?, "author"?, "thread"?}`` carries its own message id.
 
 The transcript is written synchronously: a flushed line to a local file takes microseconds, and
 handing it to a worker thread would let trio's autojump clock move virtual time under ``simulate``.
@@ -290,17 +291,34 @@ class ConsoleProvider(ChatProvider):
         if not text.strip():
             return
         channel = self.settings.inbound_channel
-        if text.startswith("#") and " " in text:
+        author = self.settings.inbound_author
+        self._inbound_counter += 1
+        message_id = f"{self.run_prefix}-in{self._inbound_counter}"
+        thread: str | None = None
+        if text.startswith("{"):
+            # A JSON object line carries its own platform message id (and optionally channel,
+            # author, thread), as a platform replaying one message to several gateways would.
+            try:
+                data = json.loads(text)
+                message_id = str(data["id"])
+                text = str(data["text"])
+            except (ValueError, KeyError, TypeError):
+                data = None
+            if isinstance(data, dict):
+                channel = str(data.get("channel") or channel)
+                author = str(data.get("author") or author)
+                thread = str(data["thread"]) if data.get("thread") else None
+        elif text.startswith("#") and " " in text:
             target, rest = text[1:].split(" ", 1)
             if target:
                 channel, text = target, rest
-        self._inbound_counter += 1
         message = InboundMessage(
-            message_id=f"{self.run_prefix}-in{self._inbound_counter}",
+            message_id=message_id,
             channel=channel,
-            author=self.settings.inbound_author,
+            author=author,
             text=text,
             at=time.time(),
+            thread=thread,
             platform="console",
             profile=self.profile,
         )
