@@ -39,6 +39,7 @@ from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.ledger import DeliveryLedger, DisabledLedger, Reply, Schedule, open_store
+from bridge_core.ledger.kv import MemoryKeyValueStore, key_value_store
 from bridge_core.ledger.model import Delivery, State
 from bridge_core.ledger.store import LedgerStore
 from bridge_core.notify import Notifier, NotifyConfig
@@ -47,6 +48,7 @@ from bridge_core.provider import (
     UNLIMITED_BUDGET,
     ChatProvider,
     InboundMessage,
+    KeyValueStore,
     MessageRef,
     Unreachable,
 )
@@ -108,6 +110,7 @@ class GatewayOptions:
     ledger_schedule: Schedule | None = None
     key_prefix: str = "bridge"
     default_agent: str | None = None  # for channels without an ``agent`` of their own
+    public_url: str | None = None  # how platforms reach this gateway (handed to providers)
 
 
 class Gateway:
@@ -139,6 +142,7 @@ class Gateway:
         self._task_group: TaskGroup | None = None
         self.ready = anyio.Event()
         self.url: str | None = None
+        self.public_url = self.options.public_url
         api = self.config.api
         self.host = self.options.host or api.host
         self.port = api.port if self.options.port is None else self.options.port
@@ -218,11 +222,6 @@ class Gateway:
 
     async def _build(self, stack: AsyncExitStack) -> None:
         config = self.config
-        for name, profile in config.profiles.items():
-            if name not in self.providers:
-                self.providers[name] = self._make_provider(name, profile)
-                stack.push_async_callback(self.providers[name].aclose)
-            self._connected.add(name)
         stores = config.stores
         if stores.delivery_ledger:
             where = stores.ledger_url or str(stores.ledger_path)
@@ -237,6 +236,13 @@ class Gateway:
             )
         else:
             self._ledger = DisabledLedger(deliver=self._deliver)
+        # providers' key-value store lives beside the ledger (in memory without one)
+        kv = key_value_store(self._store) if self._store is not None else MemoryKeyValueStore()
+        for name, profile in config.profiles.items():
+            if name not in self.providers:
+                self.providers[name] = self._make_provider(name, profile, kv)
+                stack.push_async_callback(self.providers[name].aclose)
+            self._connected.add(name)
         log_target = self._log_target()
         for name, channel_config in config.channels.items():
             profile = config.profiles[channel_config.profile]
@@ -295,10 +301,11 @@ class Gateway:
             self.channels[name] = runtime
             self._by_platform[(channel_config.profile, channel_config.channel_id)] = runtime
 
-    def _make_provider(self, name: str, profile: ProfileConfig) -> ChatProvider:
+    def _make_provider(self, name: str, profile: ProfileConfig, kv: KeyValueStore) -> ChatProvider:
         if profile.provider_type is None:
             raise GatewayError(f"profile {name!r}: provider {profile.provider!r} is not resolved")
-        return profile.provider_type.factory(profile.settings, ProviderContext(profile=name))
+        context = ProviderContext(profile=name, kv=kv, api_base_url=self.public_url)
+        return profile.provider_type.factory(profile.settings, context)
 
     def _agent_for(self, channel: str, reference: str | None) -> Agent | None:
         if channel in self._agents:
