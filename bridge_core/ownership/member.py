@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskGroup
 
-from bridge_core.conversation import Frame, Turn
-from bridge_core.ownership.log import AgentBusy, ConversationLog, NotAMember
+from bridge_core.conversation import Frame, LogRecord, Turn
+from bridge_core.ownership.log import AgentBusy, ConversationLog, NotAMember, OwnershipError
 from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView
 
 __all__ = ["AgentGroupMember", "BusyHandler", "MemberMetrics", "TurnHandler"]
@@ -107,6 +107,7 @@ class AgentGroupMember:
         self._stop = anyio.Event()
         self._done = anyio.Event()
         self._queues: dict[str, deque[Turn]] = {}
+        self._recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
         self._in_flight = 0
         self._idle = anyio.Event()
         self._last_beat = 0.0
@@ -163,6 +164,7 @@ class AgentGroupMember:
         self._done = anyio.Event()
         self._expelled = False
         self._queues.clear()
+        self._recent.clear()
         joined = await self.log.join(member, settle=self.settle)
         self.current_id = member
         self._last_beat = anyio.current_time()
@@ -180,6 +182,7 @@ class AgentGroupMember:
             )
             # records before our join can never be ours; they rebuild the pending turns
             view.apply_all(backlog.records)
+            self._remember(backlog.records)
             self.view = view
             async with anyio.create_task_group() as tg:
                 self._enqueue(tg, view.apply(join))
@@ -235,9 +238,7 @@ class AgentGroupMember:
     async def _deliver(self, turn: Turn) -> None:
         self.metrics.delivered += 1
         try:
-            history = await self.log.recent_history(
-                turn.conversation, self.history_limit, up_to_seq=turn.seq
-            )
+            history = await self._history(turn)
             await self.on_turn(turn, history)
         except AgentBusy as busy:
             self.metrics.busy += 1
@@ -255,6 +256,38 @@ class AgentGroupMember:
             logger.exception(
                 "on_turn failed for turn %s of conversation %s", turn.seq, turn.conversation
             )
+
+    def _remember(self, records: Sequence[LogRecord]) -> None:
+        """Keep the last ``history_limit`` turns and frames per conversation from the fold."""
+        recent = self._recent
+        for record in records:
+            if isinstance(record, Turn | Frame):
+                kept = recent.get(record.conversation)
+                if kept is None:
+                    kept = recent[record.conversation] = deque(maxlen=self.history_limit)
+                    if len(recent) > self.max_conversations:
+                        recent.popitem(last=False)
+                else:
+                    recent.move_to_end(record.conversation)
+                kept.append(record)
+
+    async def _history(self, turn: Turn) -> Sequence[Turn | Frame]:
+        kept = self._recent.get(turn.conversation)
+        if kept and kept[0].seq <= turn.seq:
+            # the member folded every record since before this turn: no round trip
+            return [record for record in kept if record.seq <= turn.seq]
+        # history is context for the agent, never a reason to drop the turn: after a few
+        # failed reads the agent gets the turn alone
+        for attempt in range(3):
+            try:
+                return await self.log.recent_history(
+                    turn.conversation, self.history_limit, up_to_seq=turn.seq
+                )
+            except OwnershipError as error:
+                self.metrics.log_errors += 1
+                logger.warning("reading the history of %s failed: %r", turn.conversation, error)
+                await anyio.sleep(0.05 * 2**attempt)
+        return [turn]
 
     async def _heartbeat_loop(self, member: str) -> None:
         while True:
@@ -285,6 +318,7 @@ class AgentGroupMember:
                 backoff = min(backoff * 2, self.heartbeat_interval)
                 continue
             backoff = 0.05
+            self._remember(records)
             for record in records:
                 cursor = record.seq
                 self._enqueue(tg, view.apply(record))

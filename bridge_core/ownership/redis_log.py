@@ -21,6 +21,7 @@ Each member reads with plain ``XREAD`` from its own cursor (every member sees ev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,7 +44,7 @@ from bridge_core.provider import InboundMessage
 __all__ = ["RedisConversationLog", "seq_of", "stream_id_of"]
 
 _SEQ_BITS = 20
-_HISTORY_SCAN = 5000
+_HISTORY_SCAN = 2000
 
 _ADMIT = """
 if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return false end
@@ -296,7 +297,8 @@ class RedisConversationLog:
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float
     ) -> Backlog:
-        low = str(max(0, int(not_before * 1000)))
+        # ids have millisecond resolution; round up so float error never widens the window
+        low = str(max(0, math.ceil(not_before * 1000 - 1e-6)))
         high = "(" + stream_id_of(before_seq)
         records: list[LogRecord] = []
         leave_since: dict[int, float] = {}

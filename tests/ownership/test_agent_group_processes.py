@@ -1,0 +1,247 @@
+"""Real OS processes in one agent group over the real Redis: joins, clean leaves, SIGKILLs.
+
+Four worker slots run ``group_worker.py``; one has its wall clock shifted by 350 ms. Each
+message of the plan is admitted through two workers at once (one turn results). While turns
+flow, the chaos loop kills workers with SIGKILL, stops others with SIGTERM (graceful leave),
+and starts replacements (new members, new settle delays). At the end every turn in the log
+must have been answered (a frame), and every extra delivery or answer must fall into one of the
+documented windows (docs/adr/0034):
+
+- killed-in-flight: a member received the turn and was SIGKILLed before answering; the turn
+  was taken over at its expiry. The end user got one answer.
+- expired-while-answering: a member answered after its expiry record (a stall past the
+  expiry); the two answers share one obligation id, so a shared ledger delivers one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bridge_core.ownership.redis_log import seq_of
+from bridge_core.testing.services import require_redis
+
+WORKER = Path(__file__).with_name("group_worker.py")
+SLOTS = 4
+MESSAGES = 300
+SPACING = 0.04  # 12 s of traffic
+# generous against a loaded CI machine, where a process can starve for a second or more
+SETTLE, HEARTBEAT, EXPIRY = 0.3, 0.4, 3.0
+
+
+class Worker:
+    def __init__(self, slot: int, generation: int, config: dict[str, Any], out: Path) -> None:
+        self.slot = slot
+        self.out = out
+        self.killed = False
+        with open(out.with_suffix(".err"), "w") as errors:
+            self.process = subprocess.Popen(
+                [sys.executable, str(WORKER), json.dumps({**config, "out": str(out)})],
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+            )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def joined(self) -> bool:
+        return self.out.exists() and "joined" in self.out.read_text()
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(120)
+def test_a_group_of_processes_loses_no_turn_and_duplicates_only_in_documented_windows(
+    tmp_path: Path,
+) -> None:
+    url = require_redis()
+    seed = int(os.environ.get("BRIDGE_GROUP_TEST_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    prefix = "test-procs-" + uuid.uuid4().hex[:10]
+    channel = "C-procs"
+    t0 = time.monotonic() + 1e6  # replaced once the first workers have joined
+    plan = [
+        {"id": f"msg{i}", "author": f"user{rng.randrange(60)}", "at": i * SPACING}
+        for i in range(MESSAGES)
+    ]
+    shares: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for item in plan:
+        for slot in rng.sample(range(SLOTS), 2):
+            shares[slot].append(item)
+    base = {
+        "url": url,
+        "prefix": prefix,
+        "channel": channel,
+        "settle": SETTLE,
+        "heartbeat": HEARTBEAT,
+        "expiry": EXPIRY,
+        "answer_delay": [0.02, 0.3],
+    }
+    generation = Counter[int]()
+    workers: list[Worker] = []
+    schedule = tmp_path / "t0"
+
+    def start(slot: int) -> Worker:
+        generation[slot] += 1
+        config = {
+            **base,
+            "name": f"w{slot}g{generation[slot]}",
+            "seed": rng.randrange(1 << 30),
+            "plan": shares[slot],
+            "t0_file": str(schedule),
+            "clock_shift": 0.35 if slot == 0 else 0.0,
+        }
+        out = tmp_path / f"w{slot}g{generation[slot]}.log"
+        worker = Worker(slot, generation[slot], config, out)
+        workers.append(worker)
+        return worker
+
+    current = {slot: start(slot) for slot in range(SLOTS)}
+    kills = graceful = 0
+    client = redis.Redis.from_url(url, decode_responses=True)
+    stream = f"{prefix}:{{{channel}}}:log"
+
+    def log_account() -> tuple[set[int], set[int]]:
+        turns, frames = set(), set()
+        for entry_id, fields in client.xrange(stream):
+            if fields["k"] == "t":
+                turns.add(seq_of(entry_id))
+            elif fields["k"] == "f":
+                frames.add(int(fields["s"]))
+        return turns, frames
+
+    try:
+        deadline = time.monotonic() + 30
+        while not all(w.joined() for w in current.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic() + 0.2
+        schedule.write_text(repr(t0))  # the workers' plans start now (monotonic is system-wide)
+        end = t0 + plan[-1]["at"]
+        while time.monotonic() < end:
+            time.sleep(rng.uniform(1.0, 2.0))
+            joined = [slot for slot, w in current.items() if w.joined() and w.alive()]
+            if len(joined) < 2:
+                continue  # keep a quorum of the slots busy, let the others start
+            slot = rng.choice(joined)
+            worker = current[slot]
+            if rng.random() < 0.6:
+                worker.process.send_signal(signal.SIGKILL)
+                kills += 1
+            else:
+                worker.process.send_signal(signal.SIGTERM)
+                graceful += 1
+            time.sleep(rng.uniform(0.05, 0.5))
+            current[slot] = start(slot)
+        # every planned message admitted and every turn answered (takeovers need an expiry)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            turns, frames = log_account()
+            if len(turns) == MESSAGES and turns <= frames:
+                break
+            time.sleep(0.2)
+    finally:
+        for worker in current.values():
+            if worker.alive():
+                worker.process.send_signal(signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+    for worker in workers:
+        worker.killed = (worker.process.returncode or 0) < 0  # SIGKILL, or SIGTERM before setup
+    entries = client.xrange(stream)
+    if not os.environ.get("BRIDGE_KEEP_KEYS"):
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+    print("prefix", prefix)
+    client.close()
+
+    # ------------------------------------------------------------------ the log's account
+    position = {entry_id: index for index, (entry_id, _f) in enumerate(entries)}
+    turns_by_message: dict[str, int] = {}
+    frames: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    expired_at: dict[str, int] = {}
+    leaves = Counter[str]()
+    for entry_id, fields in entries:
+        kind = fields["k"]
+        if kind == "t":
+            assert fields["m"] not in turns_by_message, "one message became two turns"
+            turns_by_message[fields["m"]] = seq_of(entry_id)
+        elif kind == "f":
+            frames[int(fields["s"])].append((fields["mb"], position[entry_id]))
+        elif kind == "l":
+            leaves[fields["r"]] += 1
+            if fields["r"] == "expired":
+                expired_at[fields["mb"]] = position[entry_id]
+
+    # ------------------------------------------------------------------ the workers' account
+    deliveries: dict[str, list[str]] = defaultdict(list)
+    answers: dict[str, list[str]] = defaultdict(list)
+    killed_members: set[str] = set()
+    for worker in workers:
+        lines = worker.out.read_text().splitlines() if worker.out.exists() else []
+        for line in lines:
+            parts = line.split()
+            if parts[0] == "deliver":
+                deliveries[parts[1]].append(parts[3])
+            elif parts[0] == "answer":
+                answers[parts[1]].append(parts[3])
+            if worker.killed and len(parts) >= 2:
+                killed_members.add(parts[-1])
+        if not worker.killed:  # a worker stopped by SIGTERM leaves cleanly and exits 0
+            assert worker.process.returncode == 0, worker.out.with_suffix(".err").read_text()
+
+    lost = [m for m, seq in turns_by_message.items() if not frames.get(seq)]
+    windows = Counter[str]()
+    unclassified: list[str] = []
+    for message_id, seq in turns_by_message.items():
+        answered_by = {member for member, _pos in frames.get(seq, [])}
+        for member in deliveries[message_id]:
+            if member in answered_by:
+                continue
+            if member in killed_members:
+                windows["killed-in-flight"] += 1
+            else:
+                unclassified.append(f"{message_id}: delivered to {member}, never answered by it")
+        if len(frames.get(seq, [])) > 1:
+            stalled = [m for m, pos in frames[seq] if m in expired_at and expired_at[m] < pos]
+            if stalled:
+                windows["expired-while-answering"] += 1
+            else:
+                unclassified.append(
+                    f"{message_id}: answered {len(frames[seq])} times: {frames[seq]}"
+                )
+    report = {
+        "seed": seed,
+        "turns": len(turns_by_message),
+        "deliveries": sum(len(v) for v in deliveries.values()),
+        "answers (frames)": sum(len(v) for v in frames.values()),
+        "lost": len(lost),
+        "duplicate windows": dict(windows),
+        "unclassified": len(unclassified),
+        "processes": len(workers),
+        "sigkills": kills,
+        "sigterms": graceful,
+        "leave records": dict(leaves),
+    }
+    print("agent group processes:", json.dumps(report))
+    (Path(os.environ.get("BRIDGE_REPORT_DIR", tmp_path)) / "group_report.json").write_text(
+        json.dumps(report)
+    )
+    assert len(turns_by_message) == MESSAGES, report
+    assert not lost, ([(m, deliveries[m], answers[m]) for m in lost[:10]], report)
+    assert not unclassified, (unclassified[:10], report)
+    assert kills >= 3 and leaves["expired"] >= 1 and leaves["graceful"] >= 1, report
