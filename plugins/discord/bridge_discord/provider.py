@@ -70,7 +70,7 @@ _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
 class DiscordSettings(BaseModel):
     """A Discord bot profile's ``settings`` table."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     token: SecretStr = Field(description="The bot token (put it in config as an env reference).")
     api_base_url: str = Field(
@@ -132,14 +132,20 @@ class DiscordProvider(ChatProvider):
                 intents=self._intents(),
                 max_ratelimit_timeout=_SDK_MIN_RATELIMIT_TIMEOUT,
             )
+            failure: ProviderError | None = None
             try:
                 with anyio.fail_after(self._settings.call_deadline):
                     await client.login(self._settings.token.get_secret_value())
-            except BaseException as exc:
+            except Exception as exc:
+                failure = map_discord_error(exc, where="login")
+            except BaseException:
                 await client.close()
-                if isinstance(exc, Exception):
-                    raise map_discord_error(exc, where="login") from None
                 raise
+            if failure is not None:
+                await client.close()
+                # Raised outside the except block: discord.py's exception holds the response,
+                # whose request carries the token, and must not ride along as __context__.
+                raise failure
             self._client = client
             return client
 
@@ -155,26 +161,29 @@ class DiscordProvider(ChatProvider):
         client = await self._ready_client()
         trace = CallTrace()
         token = current_call.set(trace)
+        failure: ProviderError
         try:
             with anyio.fail_after(self._settings.call_deadline):
                 return await action(client)
         except TimeoutError:
             if 429 in trace.statuses:
-                raise RateLimited(
+                failure = RateLimited(
                     f"Discord kept rate limiting {where} past the "
                     f"{self._settings.call_deadline:g} s deadline",
                     retry_after=trace.retry_after,
-                ) from None
-            raise TransportError(
-                f"Discord did not complete {where} within {self._settings.call_deadline:g} s "
-                f"(responses seen: {trace.statuses or 'none'})"
-            ) from None
-        except ProviderError:
-            raise
+                )
+            else:
+                failure = TransportError(
+                    f"Discord did not complete {where} within {self._settings.call_deadline:g} "
+                    f"s (responses seen: {trace.statuses or 'none'})"
+                )
         except Exception as exc:
-            raise map_discord_error(exc, where=where) from None
+            failure = map_discord_error(exc, where=where)
         finally:
             current_call.reset(token)
+        # Raised outside the except block so the SDK's exception (whose response's request
+        # carries the bot token) is not chained as __context__.
+        raise failure
 
     @staticmethod
     def _snowflake(value: str, what: str) -> int:
@@ -212,8 +221,10 @@ class DiscordProvider(ChatProvider):
             message = await self._call(where, send)
         except NotFound as exc:
             # A post has no message to lose: a 404 here means the channel itself is gone.
-            raise Unreachable(str(exc)) from None
-        return MessageRef(channel=channel, message_id=str(message.id), thread=thread)
+            gone = Unreachable(str(exc))
+        else:
+            return MessageRef(channel=channel, message_id=str(message.id), thread=thread)
+        raise gone
 
     async def edit(self, ref: MessageRef, text: str) -> MessageRef:
         target = self._snowflake(ref.thread or ref.channel, "channel")
@@ -266,23 +277,25 @@ class DiscordProvider(ChatProvider):
                 await sink(inbound)
 
         client.message_handler = handle
+        failure: ProviderError = ConnectionLost("Discord gateway closed the connection")
         try:
             await client.connect(reconnect=False)
         except discord.ConnectionClosed as exc:
             if exc.code == _GATEWAY_AUTH_FAILED:
-                raise Unreachable("Discord refused the bot token on the gateway") from None
-            if exc.code in _GATEWAY_BAD_INTENTS:
-                raise Unreachable(_INTENTS_ADVICE) from None
-            raise ConnectionLost(
-                f"Discord gateway closed the connection (close code {exc.code})"
-            ) from None
+                failure = Unreachable("Discord refused the bot token on the gateway")
+            elif exc.code in _GATEWAY_BAD_INTENTS:
+                failure = Unreachable(_INTENTS_ADVICE)
+            else:
+                failure = ConnectionLost(
+                    f"Discord gateway closed the connection (close code {exc.code})"
+                )
         except discord.PrivilegedIntentsRequired:
-            raise Unreachable(_INTENTS_ADVICE) from None
+            failure = Unreachable(_INTENTS_ADVICE)
         except discord.LoginFailure:
-            raise Unreachable("Discord refused the bot token on the gateway") from None
+            failure = Unreachable("Discord refused the bot token on the gateway")
         except Exception as exc:
-            raise ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}") from None
+            failure = ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}")
         finally:
             client.message_handler = None
             await self.aclose()
-        raise ConnectionLost("Discord gateway closed the connection")
+        raise failure

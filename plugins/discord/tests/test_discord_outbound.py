@@ -197,8 +197,10 @@ async def test_server_error_is_transport(
     fake: FakeDiscord, provider: DiscordProvider, channel: int
 ) -> None:
     fake.script("create_message", FakeDiscord.error(503, 0, "Service Unavailable"))
-    with pytest.raises(TransportError, match="server error"):
+    with pytest.raises(TransportError, match="server error") as caught:
         await provider.post(str(channel), "later")
+    # discord.py's exception (its response's request holds the token) is never chained.
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
     assert fake.messages_in(channel) == []
 
 

@@ -32,6 +32,7 @@ from bridge_core import (
     KeyValueStore,
     LengthUnit,
     MessageRef,
+    ProviderError,
     TransportError,
     Unreachable,
 )
@@ -86,7 +87,7 @@ def default_token_url(tenant_id: str | None) -> str:
 class TeamsSettings(BaseModel):
     """A Teams bot profile's ``settings`` table."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     app_id: str = Field(description="The bot's Microsoft app id.")
     app_password: SecretStr = Field(description="The app's client secret (an env reference).")
@@ -189,10 +190,16 @@ class TeamsProvider(ChatProvider):
         self._check_length(text)
         where = f"post to {conversation_id(channel, thread)}"
         reference = await self._reference(channel, thread)
+        activity_id = ""
+        failure: ProviderError | None = None
         try:
             activity_id = await self._transport.send(reference, message_activity(text))
         except Exception as exc:
-            raise map_teams_error(exc, operation="post", where=where) from None
+            failure = map_teams_error(exc, operation="post", where=where)
+        if failure is not None:
+            # Raised outside the except block: msrest's exception keeps the requests.Response,
+            # whose request carries the connector token, and must not ride along as __context__.
+            raise failure
         if not activity_id:
             raise TransportError(f"Teams accepted the {where} but returned no activity id")
         return MessageRef(channel=channel, message_id=activity_id, thread=thread)
@@ -201,12 +208,15 @@ class TeamsProvider(ChatProvider):
         self._check_length(text)
         where = f"edit of {ref.message_id} in {conversation_id(ref.channel, ref.thread)}"
         reference = await self._reference(ref.channel, ref.thread)
+        failure: ProviderError | None = None
         try:
             await self._transport.update(
                 reference, message_activity(text, activity_id=ref.message_id)
             )
         except Exception as exc:
-            raise map_teams_error(exc, operation="edit", where=where) from None
+            failure = map_teams_error(exc, operation="edit", where=where)
+        if failure is not None:
+            raise failure  # outside the except block, so the SDK's exception is not chained
         return ref
 
     def escape(self, text: str) -> str:

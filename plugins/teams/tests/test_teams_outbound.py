@@ -88,8 +88,10 @@ async def test_post_faults_are_mapped_and_never_resent(
     match: str,
 ) -> None:
     fake.script("send_activity", reply)
-    with pytest.raises(expected, match=match):
+    with pytest.raises(expected, match=match) as caught:
         await provider.post(channel, "once")
+    # The SDK's exception (its response's request holds the token) is never chained.
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
     assert fake.count("send_activity") == 1, "msrest must not resend behind the ledger's back"
     assert fake.texts(channel) == []
 
