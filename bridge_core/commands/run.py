@@ -58,6 +58,14 @@ __all__ = ["command"]
 @click.option(
     "--heartbeat", type=float, default=1.0, show_default=True, help="Agent group heartbeat (s)."
 )
+@click.option(
+    "--key-prefix",
+    default="bridge",
+    show_default=True,
+    help="Namespace of this deployment's Redis keys (scale-out).",
+)
+@click.option("--ledger-lease", type=float, default=None, hidden=True)
+@click.option("--ledger-table-prefix", default="bridge_", hidden=True)
 def command(
     config_path: Path | None,
     host: str | None,
@@ -71,6 +79,9 @@ def command(
     gateway_id: str | None,
     settle: float,
     heartbeat: float,
+    key_prefix: str,
+    ledger_lease: float | None,
+    ledger_table_prefix: str,
 ) -> None:
     """Serve the configured channels: notifications, replies and the HTTP API."""
     config = load_cli_config(config_path)
@@ -87,6 +98,9 @@ def command(
         settle=settle,
         heartbeat=heartbeat,
         default_agent=agent,
+        key_prefix=key_prefix,
+        ledger_lease=ledger_lease,
+        ledger_table_prefix=ledger_table_prefix,
     )
     try:
         gateway = Gateway(config, options=options)

@@ -63,6 +63,12 @@ from bridge_core.runtime.http_api import (
     build_app,
 )
 from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
+from bridge_core.runtime.placement import (
+    GATEWAYS_GROUP,
+    FleetBus,
+    NotifierPlacement,
+    wait_until,
+)
 from bridge_core.sending import ChannelSender, Post, Priority
 
 __all__ = ["Gateway", "GatewayError", "GatewayOptions", "check_bind"]
@@ -111,6 +117,26 @@ class GatewayOptions:
     key_prefix: str = "bridge"
     default_agent: str | None = None  # for channels without an ``agent`` of their own
     public_url: str | None = None  # how platforms reach this gateway (handed to providers)
+    ledger_lease: float | None = None  # PostgreSQL owner lease (tests, unusual deployments)
+    ledger_table_prefix: str = "bridge_"
+
+
+def _notifier_for(channel: ChannelRuntime) -> Notifier:
+    config = channel.config
+    return Notifier(
+        config.channel_id,
+        channel.sender,
+        capabilities=channel.provider.capabilities,
+        config=NotifyConfig.build(
+            hold=config.notify.hold,
+            threshold=config.notify.threshold,
+            window=config.notify.window,
+            kinds=config.kinds,
+            workspaces=config.workspaces,
+        ),
+        escape=channel.provider.escape,
+        thread=config.thread,
+    )
 
 
 class Gateway:
@@ -136,6 +162,8 @@ class Gateway:
         self._by_platform: dict[tuple[str, str], ChannelRuntime] = {}
         self._connected: set[str] = set()
         self._ledger: DeliveryLedger | DisabledLedger | None = None
+        self._bus: FleetBus | None = None
+        self._placement: NotifierPlacement | None = None
         self._store: LedgerStore | None = None
         self._accepting = False
         self._stop = anyio.Event()
@@ -185,7 +213,12 @@ class Gateway:
                     for channel in self.channels.values():
                         if channel.member is not None:
                             members.start_soon(channel.member.run)
+                    if self._placement is not None:
+                        members.start_soon(self._placement.run)
                     async with anyio.create_task_group() as intake:
+                        if self._placement is not None:
+                            for channel in self.channels.values():
+                                intake.start_soon(self._host, channel)
                         for profile, provider in self.providers.items():
                             intake.start_soon(self._receive, profile, provider)
                         if self.options.http:
@@ -207,6 +240,8 @@ class Gateway:
                     for channel in self.channels.values():
                         if channel.member is not None:
                             channel.member.stop()
+                    if self._placement is not None:
+                        self._placement.stop()
                     members.cancel_scope.deadline = deadline
                 with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                     # the sender offers no "became idle" event; a short poll bounds the wait
@@ -224,8 +259,18 @@ class Gateway:
         config = self.config
         stores = config.stores
         if stores.delivery_ledger:
-            where = stores.ledger_url or str(stores.ledger_path)
-            self._store = await open_store(where)
+            if stores.ledger_url is not None and self.options.ledger_lease is not None:
+                from bridge_core.ledger.postgres import PostgresLedgerStore
+
+                self._store = PostgresLedgerStore(
+                    stores.ledger_url,
+                    lease=self.options.ledger_lease,
+                    table_prefix=self.options.ledger_table_prefix,
+                )
+                await self._store.open()
+            else:
+                where = stores.ledger_url or str(stores.ledger_path)
+                self._store = await open_store(where, table_prefix=self.options.ledger_table_prefix)
             stack.push_async_callback(self._store.aclose)
             self._ledger = DeliveryLedger(
                 self._store,
@@ -244,6 +289,20 @@ class Gateway:
                 stack.push_async_callback(self.providers[name].aclose)
             self._connected.add(name)
         log_target = self._log_target()
+        if stores.membership_url is not None:
+            self._bus = FleetBus.connect(stores.membership_url, prefix=self.options.key_prefix)
+            stack.push_async_callback(self._bus.aclose)
+            gateways_log = await open_conversation_log(
+                stores.membership_url, channel=GATEWAYS_GROUP, key_prefix=self.options.key_prefix
+            )
+            stack.push_async_callback(gateways_log.aclose)
+            self._placement = NotifierPlacement(
+                gateways_log,
+                gateway_id=self.gateway_id,
+                settle=self.options.settle,
+                heartbeat=self.options.heartbeat,
+                expiry=self.options.expiry,
+            )
         for name, channel_config in config.channels.items():
             profile = config.profiles[channel_config.profile]
             provider = self.providers[channel_config.profile]
@@ -264,20 +323,8 @@ class Gateway:
                 metrics=self.metrics,
                 ledger=self._ledger,
             )
-            runtime.notifier = Notifier(
-                channel_config.channel_id,
-                sender,
-                capabilities=provider.capabilities,
-                config=NotifyConfig.build(
-                    hold=channel_config.notify.hold,
-                    threshold=channel_config.notify.threshold,
-                    window=channel_config.notify.window,
-                    kinds=channel_config.kinds,
-                    workspaces=channel_config.workspaces,
-                ),
-                escape=provider.escape,
-                thread=channel_config.thread,
-            )
+            if stores.membership_url is None:
+                runtime.notifier = _notifier_for(runtime)
             agent = self._agent_for(name, channel_config.agent)
             if agent is not None:
                 runtime.agent = agent
@@ -324,6 +371,27 @@ class Gateway:
 
     def _connected_platforms(self) -> set[str]:
         return {c.platform for c in self.channels.values() if c.profile in self._connected}
+
+    # ------------------------------------------------------------------ scale-out
+
+    async def _host(self, channel: ChannelRuntime) -> None:
+        """Run ``channel``'s notifier whenever placement puts it on this gateway."""
+        placement, bus = self._placement, self._bus
+        assert placement is not None and bus is not None
+        while True:
+            await wait_until(lambda: placement.hosts(channel.name))
+            notifier = _notifier_for(channel)
+            log.info("channel %s: its notifier runs on this gateway now", channel.name)
+            try:
+                async with anyio.create_task_group() as tg:
+                    channel.notifier = notifier
+                    tg.start_soon(notifier.run)
+                    tg.start_soon(bus.follow, channel.name, notifier.handle)
+                    await wait_until(lambda: not placement.hosts(channel.name))
+                    tg.cancel_scope.cancel()
+            finally:
+                channel.notifier = None
+            log.info("channel %s: its notifier moved to another gateway", channel.name)
 
     # ------------------------------------------------------------------ inbound
 
@@ -376,11 +444,14 @@ class Gateway:
     async def accept_events(self, events: Sequence[FleetEvent]) -> None:
         if not self._accepting:
             raise ShuttingDown()
+        if self._bus is not None:
+            await self._bus.publish(list(self.channels), events)
         for event in events:
             kind = "Unknown" if isinstance(event, UnknownEvent) else event.kind
             self.metrics.events_in.labels(kind).inc()
-            for channel in self.channels.values():
-                channel.offer(event)
+            if self._bus is None:
+                for channel in self.channels.values():
+                    channel.offer(event)
 
     async def accept_message(self, request: MessageRequest) -> MessageReceipt:
         if not self._accepting:
