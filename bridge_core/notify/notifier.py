@@ -389,13 +389,15 @@ class Notifier:
         slot = summary.slot
         if not self._edit:
             return  # without edits a summary is posted once; members get their own final post
-        if not slot.outstanding or (summary.running == 0 and slot.priority != TERMINAL):
+        final = summary.running == 0 or bool(summary.awaiting)
+        if not slot.outstanding or (final and slot.priority != TERMINAL):
             self._submit_summary(summary)
 
     def _submit_summary(self, summary: _Summary) -> None:
         slot = summary.slot
         slot.lost = False
-        if summary.running == 0:
+        if summary.running == 0 or summary.awaiting:
+            # It carries members' final states: a terminal update for each of them.
             slot.priority = TERMINAL
         else:
             slot.priority = NEW if slot.ref is None else UPDATE

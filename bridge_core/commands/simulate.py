@@ -1,0 +1,450 @@
+"""``chatbridge simulate``: replay a fleet's event log against a provider's budget, in virtual time.
+
+The real ``ChannelSender`` and ``Notifier`` run on trio's ``MockClock(autojump_threshold=0)``
+against the console provider dressed in the chosen provider's capabilities and budget (from its
+plugin when installed, otherwise the presets below), so an hour of events takes about a second.
+
+One JSON object per line::
+
+    {"t": 12.5, "kind": "AgentSpawned", "agent": "a1", "workspace": "w1"}
+    {"t": 14, "kind": "StatusChanged", "agent": "a1", "workspace": "w1", "status": "testing"}
+    {"t": 90, "kind": "AgentFinished", "agent": "a1", "outcome": "done", "cost": 0.3, "turns": 7}
+    {"t": 30, "fault": "rate_limited", "retry_after": 5}
+    {"t": 40, "fault": "not_found"}
+    {"t": 50, "fault": "forbidden"}
+
+``t`` is seconds from the start and never goes back; a fault makes the next send at or after
+``t`` fail with that error. The optional ``--config`` TOML file holds::
+
+    budget = "teams"            # or a table: { burst = 7, per_hour = 1800 }
+    edit = false                # pretend the platform cannot edit
+    [notify]
+    hold = 2.0
+    threshold = 5
+    window = 10.0
+    kinds = ["AgentSpawned", "AgentFinished"]
+    workspaces = ["w1"]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import tempfile
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import click
+import trio
+import trio.testing
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bridge_core.commands import get_plugin_manager
+from bridge_core.config import BudgetSpec, NotifySettings, known_event_kinds, resolve_budget
+from bridge_core.events import AgentFinished, AgentGone, EventError, FleetEvent, parse_event
+from bridge_core.notify import Notifier, NotifyConfig
+from bridge_core.plugins import PluginError
+from bridge_core.provider import (
+    BUDGET_PRESETS,
+    UNLIMITED_BUDGET,
+    Capabilities,
+    Forbidden,
+    LengthUnit,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    SendBudget,
+    TransportError,
+)
+from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
+from bridge_core.sending import ChannelSender
+from bridge_core.testing.budget import (
+    check_budget,
+    check_edit_spacing,
+    max_in_window,
+    read_transcript,
+)
+
+__all__ = ["FALLBACK_CAPABILITIES", "SimulationResult", "command", "read_log", "run_simulation"]
+
+PROVIDERS = ("slack", "discord", "teams", "console")
+CHANNEL = "simulated"
+WAITS_LISTED = 50  # agents listed one by one in the waits table (the longest waits first)
+PROGRESS_FROM = 10_000  # lines: below this a run is too quick to need a progress bar
+
+# Used when a provider's plugin is not installed (PLATFORMS.md).
+FALLBACK_CAPABILITIES: dict[str, Capabilities] = {
+    "slack": Capabilities(edit=True, max_length=3900, threads=True, inbound=True, probe=True),
+    "discord": Capabilities(
+        edit=True, max_length=2000, length_unit=LengthUnit.UTF16, threads=True, probe=True
+    ),
+    "teams": Capabilities(edit=True, max_length=8000, length_unit=LengthUnit.BYTES, threads=True),
+    "console": Capabilities(edit=True, max_length=4000, threads=True, probe=True),
+}
+FALLBACK_BUDGETS: dict[str, SendBudget] = {**BUDGET_PRESETS, "console": UNLIMITED_BUDGET}
+
+
+# --------------------------------------------------------------------------- the log
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    error: ProviderError
+
+
+LogItem = tuple[float, FleetEvent | Fault]
+
+
+def _fault(data: dict[str, Any]) -> Fault:
+    name = data["fault"]
+    extra = set(data) - {"t", "fault", "retry_after"}
+    if extra:
+        raise ValueError(f"unexpected field(s) {', '.join(sorted(extra))} on a fault line")
+    if name == "rate_limited":
+        retry_after = data.get("retry_after")
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, (int, float))
+            or not math.isfinite(retry_after)
+            or retry_after < 0
+        ):
+            raise ValueError(f"retry_after must be a number >= 0, got {retry_after!r}")
+        return Fault(RateLimited("simulated 429", retry_after=retry_after))
+    if "retry_after" in data:
+        raise ValueError(f"retry_after only goes with rate_limited, not {name!r}")
+    if name == "not_found":
+        return Fault(NotFound("simulated: message deleted"))
+    if name == "forbidden":
+        return Fault(Forbidden("simulated: bot removed from the channel"))
+    if name == "transport_error":
+        return Fault(TransportError("simulated: 502"))
+    raise ValueError(
+        f"unknown fault {name!r}; expected rate_limited, not_found, forbidden or transport_error"
+    )
+
+
+def _line(text: str, previous: float) -> LogItem:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"each line must be a JSON object, got {type(data).__name__}")
+    if "t" not in data:
+        raise ValueError('"t" (seconds from the start) is missing')
+    t = data["t"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise ValueError(f'"t" must be a number >= 0, got {t!r}')
+    if t < previous:
+        raise ValueError(f'"t" goes back in time ({t} after {previous}); sort the log by t')
+    if "fault" in data:
+        return float(t), _fault(data)
+    event_data = {k: v for k, v in data.items() if k != "t"}
+    try:
+        return float(t), parse_event(event_data)
+    except EventError as exc:
+        raise ValueError(f"bad event: {exc}") from None
+
+
+def read_log(path: Path) -> list[LogItem]:
+    """The log's events and faults; a bad line raises ``click.ClickException`` naming it."""
+    items: list[LogItem] = []
+    previous = 0.0
+    with path.open(encoding="utf-8") as file:
+        for number, text in enumerate(file, start=1):
+            if not text.strip():
+                continue
+            try:
+                item = _line(text, previous)
+            except ValueError as exc:
+                raise click.ClickException(f"{path}, line {number}: {exc}") from None
+            previous = item[0]
+            items.append(item)
+    return items
+
+
+# --------------------------------------------------------------------------- the config
+
+
+class SimulateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    budget: BudgetSpec | None = None
+    edit: bool | None = None
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    kinds: list[str] | None = None
+    workspaces: list[str] | None = None
+
+
+def _read_config(path: Path | None) -> SimulateConfig:
+    if path is None:
+        return SimulateConfig()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise click.ClickException(f"{path}: cannot read the config: {exc}") from None
+    notify = data.get("notify")
+    if isinstance(notify, dict):  # kinds and workspaces may sit in [notify] too
+        for key in ("kinds", "workspaces"):
+            if key in notify:
+                data[key] = notify.pop(key)
+    try:
+        config = SimulateConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
+        )
+        raise click.ClickException(f"{path}: {problems}") from None
+    if config.kinds is not None:
+        unknown = sorted(set(config.kinds) - known_event_kinds())
+        if unknown:
+            raise click.ClickException(f"{path}: kinds: unknown event kind(s) {unknown}")
+    return config
+
+
+def _provider_profile(name: str) -> tuple[Capabilities, SendBudget, str]:
+    try:
+        registry = get_plugin_manager().providers
+        if name in registry:
+            provider_type = registry[name]
+            return provider_type.capabilities, provider_type.budget, "its plugin"
+    except PluginError:
+        pass
+    return FALLBACK_CAPABILITIES[name], FALLBACK_BUDGETS[name], "the built-in preset"
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class SimulationResult:
+    posts: int = 0
+    edits: int = 0
+    errors: int = 0
+    largest_burst: int = 0
+    peak_hourly: int = 0
+    virtual_seconds: float = 0.0
+    waits: dict[str, float] = field(default_factory=dict)
+    undelivered: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    rate_limit_pauses: int = 0
+    healthy: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        waits = sorted(self.waits.values())
+        return {
+            "posts": self.posts,
+            "edits": self.edits,
+            "errors": self.errors,
+            "largest_burst": self.largest_burst,
+            "peak_hourly": self.peak_hourly,
+            "virtual_seconds": self.virtual_seconds,
+            "terminal_waits": dict(sorted(self.waits.items())),
+            "terminal_wait_max": waits[-1] if waits else None,
+            "terminal_wait_median": statistics.median(waits) if waits else None,
+            "undelivered": self.undelivered,
+            "violations": self.violations,
+            "rate_limit_pauses": self.rate_limit_pauses,
+            "healthy": self.healthy,
+        }
+
+
+def run_simulation(
+    items: Sequence[LogItem],
+    *,
+    capabilities: Capabilities,
+    budget: SendBudget,
+    notify: NotifyConfig,
+    transcript: Path,
+    seed: int = 0,
+    progress: Progress | None = None,
+    drain_limit: float = 86_400.0,
+) -> SimulationResult:
+    """Replay ``items`` on virtual time; the transcript is written to ``transcript``."""
+    result = SimulationResult()
+    task = progress.add_task("replaying", total=len(items)) if progress else None
+
+    async def main() -> None:
+        provider = ConsoleProvider(
+            ConsoleSettings(transcript=transcript, output="none"), run_prefix="sim"
+        )
+        provider.capabilities = capabilities
+        sender = ChannelSender(provider, channel=CHANNEL, budget=budget, random=random.Random(seed))
+        notifier = Notifier(
+            CHANNEL,
+            sender,
+            capabilities=capabilities,
+            config=notify,
+            escape=provider.escape,
+            on_terminal_delivered=result.waits.__setitem__,
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(sender.run)
+            group.start_soon(notifier.run)
+            for index, (t, item) in enumerate(items):
+                await anyio.sleep_until(t)
+                if isinstance(item, Fault):
+                    provider.script_fault(CHANNEL, item.error)
+                else:
+                    notifier.handle(item)
+                if progress is not None and task is not None and index % 1000 == 0:
+                    progress.update(task, completed=index)
+            with anyio.move_on_after(drain_limit):
+                # Virtual time: polling costs nothing and needs no hook in the notifier.
+                while not (notifier.idle and sender.idle):  # noqa: ASYNC110
+                    await anyio.sleep(1.0)
+            result.virtual_seconds = anyio.current_time()
+            result.rate_limit_pauses = sender.stats.rate_limit_pauses
+            result.healthy = sender.healthy
+            group.cancel_scope.cancel()
+        await provider.aclose()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    if progress is not None and task is not None:
+        progress.update(task, completed=len(items))
+    entries = read_transcript(transcript) if transcript.exists() else []
+    result.posts = sum(e.op == "post" for e in entries)
+    result.edits = sum(e.op == "edit" for e in entries)
+    result.errors = sum(e.op == "error" for e in entries)
+    times = [e.t for e in entries]
+    result.largest_burst = max_in_window(times, 1.0)
+    result.peak_hourly = max_in_window(times, 3600.0)
+    violations = check_budget(entries, budget) + check_edit_spacing(entries, budget.edit_spacing)
+    result.violations = [str(v) for v in violations]
+    ended = {
+        item.agent
+        for _, item in items
+        if isinstance(item, (AgentFinished, AgentGone))
+        and item.kind in notify.kinds
+        and (notify.workspaces is None or item.workspace in notify.workspaces)
+    }
+    result.undelivered = sorted(ended - set(result.waits))
+    return result
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _print(result: SimulationResult, console: Console, *, title: str) -> None:
+    table = Table(title=title, show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("posts", str(result.posts))
+    table.add_row("edits", str(result.edits))
+    table.add_row("failed sends (scripted faults)", str(result.errors))
+    table.add_row("largest burst (sends in 1 s)", str(result.largest_burst))
+    table.add_row("peak hourly rate (sends in 3600 s)", str(result.peak_hourly))
+    table.add_row("rate-limit pauses", str(result.rate_limit_pauses))
+    table.add_row("virtual time", f"{result.virtual_seconds:.1f} s")
+    waits = sorted(result.waits.values())
+    if waits:
+        table.add_row("terminal states delivered", str(len(waits)))
+        table.add_row(
+            "terminal wait: median / max", f"{statistics.median(waits):.1f} s / {waits[-1]:.1f} s"
+        )
+    table.add_row("terminal states not delivered", str(len(result.undelivered)))
+    table.add_row(
+        "budget and spacing",
+        "respected" if not result.violations else f"{len(result.violations)} violation(s)",
+    )
+    console.print(table)
+    if result.waits:
+        detail = Table(title="how long each terminal state waited (longest first)")
+        detail.add_column("agent")
+        detail.add_column("wait", justify="right")
+        ranked = sorted(result.waits.items(), key=lambda kv: (-kv[1], kv[0]))
+        for agent, wait in ranked[:WAITS_LISTED]:
+            detail.add_row(agent, f"{wait:.1f} s")
+        if len(ranked) > WAITS_LISTED:
+            detail.add_row(f"... {len(ranked) - WAITS_LISTED} more", "")
+        console.print(detail)
+    for violation in result.violations[:10]:
+        console.print(f"violation: {violation}", markup=False)
+
+
+@click.command("simulate")
+@click.argument("events", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "-p",
+    "--provider",
+    "provider_name",
+    type=click.Choice(PROVIDERS),
+    default="console",
+    show_default=True,
+    help="Whose budget and capabilities to simulate.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML with budget, edit and [notify] (hold, threshold, window, kinds, workspaces).",
+)
+@click.option(
+    "--transcript",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the console transcript (JSON Lines) here.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the back-off jitter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def command(
+    events: Path,
+    provider_name: str,
+    config_path: Path | None,
+    transcript: Path | None,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Replay EVENTS.jsonl through the real sender and notifier on virtual time."""
+    items = read_log(events)
+    config = _read_config(config_path)
+    capabilities, budget, source = _provider_profile(provider_name)
+    budget = resolve_budget(config.budget, budget)
+    if config.edit is not None:
+        capabilities = replace(capabilities, edit=config.edit)
+    notify = NotifyConfig.build(
+        hold=config.notify.hold,
+        threshold=config.notify.threshold,
+        window=config.notify.window,
+        kinds=config.kinds,
+        workspaces=config.workspaces,
+    )
+    if transcript is not None:
+        transcript.parent.mkdir(parents=True, exist_ok=True)
+        transcript.unlink(missing_ok=True)
+    console = Console(highlight=False)
+    with tempfile.TemporaryDirectory() as folder:
+        path = transcript if transcript is not None else Path(folder) / "transcript.jsonl"
+        with Progress(
+            console=Console(stderr=True), transient=True, disable=len(items) < PROGRESS_FROM
+        ) as progress:
+            result = run_simulation(
+                items,
+                capabilities=capabilities,
+                budget=budget,
+                notify=notify,
+                transcript=path,
+                seed=seed,
+                progress=progress,
+            )
+    if as_json:
+        payload = result.to_json() | {
+            "provider": provider_name,
+            "profile_from": source,
+            "budget": budget.to_json(),
+            "capabilities": capabilities.to_json(),
+        }
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        title = f"{events.name} on {provider_name} (budget and capabilities from {source})"
+        _print(result, console, title=title)
+    if result.violations:
+        raise SystemExit(1)
