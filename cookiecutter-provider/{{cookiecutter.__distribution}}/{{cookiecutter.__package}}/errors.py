@@ -1,0 +1,122 @@
+"""{{ cookiecutter.provider_name }}'s answers, mapped onto bridge-core's error taxonomy.
+
+bridge-core decides what to do next from the class of the error alone (the notifier pauses,
+drops a message ref or marks a channel unhealthy; the ledger waits, resends or abandons a reply),
+so this module's one job is to classify every answer correctly. The core's hierarchy::
+
+    ProviderError
+    ├── RateLimited       429 (retry_after from Retry-After), code "rate_limited"
+    ├── NotFound          the message is gone (an edit target)
+    ├── Forbidden         the bot lost access to the channel (re-checked every 5 minutes)
+    ├── Unreachable       permanent: channel gone, token refused, a request that can never succeed
+    └── TransportError    transient: network failure, timeout, 5xx, anything unrecognised
+
+FILL IN: replace ``CODE_TO_ERROR`` with your platform's documented error codes, and
+``_code_of`` with where your platform puts the code in an error body.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+import httpx
+from bridge_core import (
+    Forbidden,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+
+__all__ = [
+    "CODE_TO_ERROR",
+    "error_from_exception",
+    "error_from_response",
+    "retry_after_seconds",
+]
+
+# The platform's error codes (the "code" of an error body) and what each one means to the core.
+CODE_TO_ERROR: dict[str, type[ProviderError]] = {
+    "rate_limited": RateLimited,
+    "message_not_found": NotFound,
+    "not_in_channel": Forbidden,
+    "missing_permission": Forbidden,
+    "channel_not_found": Unreachable,
+    "channel_archived": Unreachable,
+    "bot_blocked": Unreachable,
+    "token_revoked": Unreachable,
+    "not_authed": Unreachable,
+    "text_too_long": Unreachable,
+    "invalid_request": Unreachable,
+    "internal_error": TransportError,
+    "service_unavailable": TransportError,
+}
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header in seconds: delta-seconds or an HTTP date; None when absent or
+    unreadable (the core then backs off on its own)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds)
+
+
+def _code_of(body: Any) -> str | None:
+    """The error code in a body such as ``{"error": {"code": "not_in_channel", ...}}``."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("code"), str):
+            return str(error["code"])
+        if isinstance(error, str):
+            return error
+    return None
+
+
+def error_from_response(response: httpx.Response, *, where: str) -> ProviderError:
+    """The core error for a response that was not a success.
+
+    ``where`` says what was attempted (``"post to channel C1"``); it goes into the message,
+    which must never contain the token.
+    """
+    status = response.status_code
+    try:
+        code = _code_of(response.json())
+    except ValueError:
+        code = None
+    detail = f"HTTP {status}" + (f" {code}" if code else "")
+    message = f"{{ cookiecutter.provider_name }} refused {where}: {detail}"
+    if status == 429 or code == "rate_limited":
+        return RateLimited(
+            message, retry_after=retry_after_seconds(response.headers.get("Retry-After"))
+        )
+    if code is not None and code in CODE_TO_ERROR:
+        return CODE_TO_ERROR[code](message)
+    if status == 401:
+        return Unreachable(f"{message}; check the profile's token")
+    if status == 403:
+        return Forbidden(message)
+    if status == 404:
+        return NotFound(message)
+    if status in (400, 410, 413, 422):
+        return Unreachable(f"{message}; resending will not help")
+    # 408, 5xx and anything unrecognised: transient, retried a bounded number of times.
+    return TransportError(message)
+
+
+def error_from_exception(error: httpx.HTTPError, *, where: str) -> ProviderError:
+    """The core error for a request that got no usable response (network, timeout)."""
+    if isinstance(error, httpx.TimeoutException):
+        return TransportError(f"{{ cookiecutter.provider_name }} did not answer {where} in time")
+    return TransportError(f"{{ cookiecutter.provider_name }} could not be reached for {where}: {type(error).__name__}")

@@ -1,0 +1,41 @@
+"""The module bridge-core loads through the ``bridge_core`` entry point.
+
+It declares the provider without connecting to anything: name, capabilities, budget, settings
+model and a factory. The gateway calls the factory once per bot profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+
+from {{ cookiecutter.__package }}.provider import (
+    BUDGET,
+    CAPABILITIES,
+    {{ cookiecutter.__class_prefix }}Provider,
+    {{ cookiecutter.__class_prefix }}Settings,
+)
+
+__all__ = ["create_provider", "provider_type", "register_providers"]
+
+
+def create_provider(settings: {{ cookiecutter.__class_prefix }}Settings, context: ProviderContext) -> {{ cookiecutter.__class_prefix }}Provider:
+    """Build one provider instance for a bot profile."""
+    return {{ cookiecutter.__class_prefix }}Provider(settings, profile=context.profile, api_base_url=context.api_base_url)
+
+
+def provider_type() -> ProviderType:
+    return ProviderType(
+        name="{{ cookiecutter.__provider }}",
+        capabilities=CAPABILITIES,
+        budget=BUDGET,
+        settings_model={{ cookiecutter.__class_prefix }}Settings,
+        factory=create_provider,
+        description="{{ cookiecutter.provider_name }} over its REST API",
+    )
+
+
+@hookimpl
+def register_providers(register: Callable[[ProviderType], None]) -> None:
+    register(provider_type())

@@ -1,0 +1,131 @@
+"""The {{ cookiecutter.provider_name }} provider: one instance per bot profile.
+
+bridge-core hands ``post`` text that is already escaped (by ``escape`` below) and chunked to
+``MAX_LENGTH``; the provider sends it as given and classifies every failure. It never retries and
+never sleeps on a rate limit: the core's per-channel sender paces and pauses, and the delivery
+ledger counts every attempt.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bridge_core import (
+    Capabilities,
+    ChatProvider,
+    Forbidden,
+    LengthUnit,
+    MessageRef,
+    NotFound,
+    SendBudget,
+    Unreachable,
+)
+from bridge_core.text import measure, neutralise_mass_mentions
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from {{ cookiecutter.__package }}.client import ApiClient
+
+__all__ = [
+    "BUDGET",
+    "CAPABILITIES",
+    "DEFAULT_API_BASE",
+    "MAX_LENGTH",
+    "{{ cookiecutter.__class_prefix }}Provider",
+    "{{ cookiecutter.__class_prefix }}Settings",
+]
+
+# FILL IN: your platform's documented limits.
+DEFAULT_API_BASE = "https://api.example.com/v1"
+MAX_LENGTH = 4000  # the longest message the platform accepts, counted in LENGTH_UNIT
+LENGTH_UNIT = LengthUnit.CHARACTERS  # or UTF16 (JavaScript string length) or BYTES (UTF-8)
+
+CAPABILITIES = Capabilities(
+    edit=True,  # the platform lets a bot edit its own messages
+    max_length=MAX_LENGTH,
+    length_unit=LENGTH_UNIT,
+    threads=True,  # messages can be posted into a thread
+    inbound=False,  # this template sends only; see the README to add inbound
+    probe=True,  # can_post() tells cheaply whether the bot may still post to a channel
+)
+
+# A token bucket of 3 with 1 send a second, and at most 3,600 in any hour. Set it from the
+# platform's documented rate limits; a profile can override it in bridge.toml.
+BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
+
+_MASS_TAGS = re.compile(r"<!(everyone|here|channel)", re.IGNORECASE)
+
+
+class {{ cookiecutter.__class_prefix }}Settings(BaseModel):
+    """A {{ cookiecutter.provider_name }} profile's ``settings`` table in bridge.toml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: SecretStr = Field(description='The bot token, as { env = "NAME" } in bridge.toml.')
+    api_base_url: str = Field(
+        DEFAULT_API_BASE, description="The REST API's base URL (proxies, tests)."
+    )
+    timeout: float = Field(
+        10.0, gt=0, le=120, description="Seconds one call may take before it counts as failed."
+    )
+
+
+class {{ cookiecutter.__class_prefix }}Provider(ChatProvider):
+    """Posts and edits messages through the REST API."""
+
+    name = "{{ cookiecutter.__provider }}"
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        settings: {{ cookiecutter.__class_prefix }}Settings,
+        *,
+        profile: str,
+        api_base_url: str | None = None,
+    ) -> None:
+        self._profile = profile
+        self._client = ApiClient(
+            base_url=api_base_url or settings.api_base_url,
+            token=settings.token,
+            timeout=settings.timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(profile={self._profile!r}, client={self._client!r})"
+
+    def _check_length(self, text: str) -> None:
+        size = measure(text, LENGTH_UNIT)
+        if size > MAX_LENGTH:
+            # The core chunks before posting, so this is a caller's bug; never truncate silently.
+            raise Unreachable(
+                f"text is {size} {LENGTH_UNIT.value}, over {{ cookiecutter.provider_name }}'s "
+                f"{MAX_LENGTH}: chunk it with bridge_core.text.prepare before posting"
+            )
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        self._check_length(text)
+        try:
+            message_id = await self._client.post_message(channel, text, thread=thread)
+        except NotFound as exc:
+            # A post has no message to lose: a 404 here means the channel itself is gone.
+            raise Unreachable(str(exc)) from None
+        return MessageRef(channel=channel, message_id=message_id, thread=thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        self._check_length(text)
+        await self._client.edit_message(ref.channel, ref.message_id, text)
+        return ref
+
+    async def probe(self, channel: str) -> bool | None:
+        try:
+            return await self._client.can_post(channel)
+        except (Forbidden, NotFound, Unreachable):
+            return False
+
+    def escape(self, text: str) -> str:
+        # FILL IN: your platform's mention and markup syntax. Agent text must not be able to
+        # ping a whole channel or break the message's markup.
+        text = neutralise_mass_mentions(text)
+        return _MASS_TAGS.sub(lambda match: "<\u200b!" + match.group(1), text)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

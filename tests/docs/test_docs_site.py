@@ -1,0 +1,253 @@
+"""The documentation site: it builds with ``mkdocs build --strict``, and the pages generated from
+the code (the config reference, the error table, the metrics, the CLI, the decision index) say
+what the code says."""
+
+from __future__ import annotations
+
+import html as html_module
+import importlib.util
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from bridge_core.config import BridgeConfig, parse_config
+from bridge_core.provider import BUDGET_PRESETS, ERROR_TABLE
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+
+
+def _load_hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bridge_docs_hooks", DOCS / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = _load_hooks()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(REPO / "mkdocs.yml"),
+            "--site-dir",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-8000:]}"
+    return out
+
+
+def page(site: Path, name: str) -> str:
+    return (site / name / "index.html").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- the build
+
+
+def test_every_page_of_the_nav_is_built(site: Path) -> None:
+    for source in DOCS.rglob("*.md"):
+        relative = source.relative_to(DOCS)
+        if relative.name == "index.md":
+            built = site / relative.parent / "index.html"
+        else:
+            built = site / relative.with_suffix("") / "index.html"
+        assert built.is_file(), f"{relative} was not built"
+    assert "hooks.py" not in {p.name for p in site.rglob("*")}
+
+
+def test_no_marker_is_left_unexpanded(site: Path) -> None:
+    for html in site.rglob("*.html"):
+        assert "generated:" not in html.read_text(encoding="utf-8"), html
+
+
+def test_the_config_reference_lists_every_key_of_every_model(site: Path) -> None:
+    html = page(site, "configuration")
+    models: list[type[BaseModel]] = [BridgeConfig]
+    seen: set[type[BaseModel]] = set()
+    while models:
+        model = models.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            if field.exclude:
+                continue
+            assert f"<code>{field.alias or name}</code>" in html, f"{model.__name__}.{name}"
+            models.extend(hooks._models_in(field.annotation))
+    assert len(seen) >= 5
+    # Defaults come from the models too.
+    assert "<code>8787</code>" in html
+    assert '<code>"embedded"</code>' in html
+
+
+def test_the_error_table_is_the_code_table(site: Path) -> None:
+    html = page(site, "plugins/errors")
+    for reading in ERROR_TABLE:
+        assert f"<code>{reading.error.__name__}</code>" in html
+        assert reading.notifier.value.replace("'", "&#x27;").split(";")[0] in html
+        assert reading.ledger.value.split(";")[0] in html
+
+
+def test_the_budget_presets_are_the_code_presets(site: Path) -> None:
+    html = page(site, "concepts/notifications")
+    for name, budget in BUDGET_PRESETS.items():
+        assert f"<code>{name}</code>" in html
+        for window in budget.windows:
+            assert f"{window.limit:,} in" in html
+
+
+def test_every_decision_record_is_listed(site: Path) -> None:
+    html = page(site, "adr")
+    records = sorted((DOCS / "adr").glob("[0-9][0-9][0-9][0-9]-*.md"))
+    assert records, "no decision records in docs/adr"
+    for record in records:
+        assert f'href="{record.stem}/"' in html, f"{record.name} is not in the ADR index"
+
+
+def test_every_hookspec_is_documented_with_its_signature(site: Path) -> None:
+    html = page(site, "plugins/hooks")
+    names = hooks.hookspec_names()
+    assert "register_providers" in names
+    for name in names:
+        assert f'id="{name}"' in html, f"no section for hook {name}"
+        assert f'href="#{name}"' in html
+
+
+def test_the_metrics_page_lists_what_metrics_expose(site: Path) -> None:
+    from bridge_core.runtime.metrics import GatewayMetrics
+
+    html = page(site, "operations/metrics")
+    families = list(GatewayMetrics().registry.collect())
+    assert families
+    for family in families:
+        assert family.name in html
+
+
+def test_the_cli_reference_has_every_command(site: Path) -> None:
+    import click
+
+    from bridge_core.cli import build_cli
+
+    html = page(site, "cli")
+    group = build_cli()
+    with click.Context(group) as ctx:
+        names = group.list_commands(ctx)
+    assert "providers" in names
+    for name in names:
+        assert f"chatbridge {name}" in html
+
+
+def test_getting_started_shows_the_readme_commands(site: Path) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    html = page(site, "getting-started")
+    for kind in ("demo", "test"):
+        block = re.search(rf"<!-- {kind}-command -->\s*```bash\n(.*?)\n```", readme, re.S)
+        assert block is not None, f"README.md lost its {kind} command block"
+        command = block.group(1).strip()
+        assert html_module.escape(command, quote=False) in html
+
+
+# --------------------------------------------------------------------------- the generators
+
+
+class Inner(BaseModel):
+    """An inner table."""
+
+    depth: int = Field(default=3, description="How deep.")
+
+
+class Outer(BaseModel):
+    """The top."""
+
+    name: str = Field(description="A name.")
+    flag: bool = True
+    inners: dict[str, Inner] = Field(default_factory=dict)
+    listed: list[Inner] | None = None
+    hidden: int = Field(default=0, exclude=True)
+
+
+def test_render_model_walks_nested_tables() -> None:
+    text = hooks.render_model(Outer, notes={"Outer.flag": "From the notes."})
+    assert "### Top level" in text
+    assert "| `name` | `str` | **required** | A name. |" in text
+    assert "| `flag` | `bool` | `true` | From the notes. |" in text
+    assert "### `[inners.<name>]`, `[[listed]]`" in text
+    assert "| `depth` | `int` | `3` | How deep. |" in text
+    assert "hidden" not in text
+
+
+def test_field_notes_name_existing_fields() -> None:
+    """A note for a config field that no longer exists would describe nothing: fail instead."""
+    fields: set[str] = set()
+    models: list[Any] = [BridgeConfig]
+    while models:
+        model = models.pop()
+        for name, field in model.model_fields.items():
+            key = f"{model.__name__}.{name}"
+            if key not in fields:
+                fields.add(key)
+                models.extend(hooks._models_in(field.annotation))
+    stale = sorted(set(hooks.FIELD_NOTES) - fields)
+    assert stale == [], f"FIELD_NOTES in docs/hooks.py names fields that do not exist: {stale}"
+
+
+def test_an_unknown_marker_fails_the_build() -> None:
+    with pytest.raises(KeyError, match="no-such-block"):
+        hooks.expand_markers("<!-- generated: no-such-block -->\n", where="x.md")
+
+
+def test_a_marker_keeps_the_blank_lines_around_it() -> None:
+    out = hooks.expand_markers("a\n\n<!-- generated: budget-presets -->\n\n## Next\n")
+    assert "|\n\n## Next" in out
+
+
+def test_links_out_of_the_docs_become_paths() -> None:
+    text = "see [the store](../../bridge_core/ledger/store.py) and [b](0002-x.md)"
+    out = hooks._rewrite_outside_links(text, "adr/0001-a.md")
+    assert out == "see the store (`bridge_core/ledger/store.py`) and [b](0002-x.md)"
+
+
+def test_toml_examples_in_the_docs_are_valid_config() -> None:
+    """Every TOML example with profiles or channels loads with the real config loader."""
+    from bridge_core.plugins import create_plugin_manager
+
+    providers = create_plugin_manager().providers
+    checked = 0
+    for source in sorted(DOCS.rglob("*.md")):
+        if source.parent.name == "adr":
+            continue
+        for block in re.findall(r"```toml\n(.*?)```", source.read_text(encoding="utf-8"), re.S):
+            data = tomllib.loads(block)
+            if not {"profiles", "channels", "stores"} & set(data):
+                continue
+            environ = {name: "x" for name in re.findall(r'env = "(\w+)"', block)}
+            if "channels" in data and "profiles" not in data:
+                continue  # a fragment continuing an earlier example
+            # The README's test command installs every plugin in plugins/, so every provider a
+            # page shows is installed; a missing one fails here with the installed ones named.
+            parse_config(data, providers=providers, environ=environ)
+            checked += 1
+    assert checked >= 3
