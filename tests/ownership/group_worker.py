@@ -1,8 +1,9 @@
-"""One gateway process of the multi-process agent group test (run as a script, not collected).
+"""One gateway process of the multi-process tests (run as a script, not collected).
 
-It joins the channel's group on the Redis log, admits its share of the test's messages at their
-planned times (the same message is admitted through several workers), answers the turns it
-owns, and writes one line per event to its own file, flushed at once so a SIGKILL keeps them:
+It joins the channel's group on the log (Redis URL or SQLite path), admits its share of the
+test's messages at their planned times (the same message is admitted through several workers),
+answers the turns it owns, and writes one line per event to its own file, flushed at once so a
+SIGKILL keeps them:
 
     deliver <message_id> <seq> <member>
     answer <message_id> <seq> <member>
@@ -32,8 +33,7 @@ def main(config: dict[str, Any]) -> None:
     import anyio
 
     from bridge_core.conversation import Frame, Turn, obligation_id
-    from bridge_core.ownership import AgentGroupMember, LogUnavailable
-    from bridge_core.ownership.redis_log import RedisConversationLog
+    from bridge_core.ownership import AgentGroupMember, LogUnavailable, open_conversation_log
     from bridge_core.provider import InboundMessage
 
     out = open(config["out"], "a", buffering=1)
@@ -44,7 +44,7 @@ def main(config: dict[str, Any]) -> None:
         out.flush()
 
     async def run() -> None:
-        log = await RedisConversationLog.connect(
+        log = await open_conversation_log(
             config["url"], channel=config["channel"], key_prefix=config["prefix"]
         )
         member: AgentGroupMember
