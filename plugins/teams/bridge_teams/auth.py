@@ -92,7 +92,7 @@ class OpenIdKeys:
         metadata_url: str = BOT_FRAMEWORK_OPENID_URL,
         *,
         max_age: float = 24 * 3600.0,
-        min_refresh: float = 300.0,
+        min_refresh: float = 60.0,
         timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from bridge_teams import StaticKeys, TeamsProvider, TeamsSettings
+from bridge_teams import (
+    InvalidToken,
+    OpenIdKeys,
+    StaticKeys,
+    TeamsProvider,
+    TeamsSettings,
+    TokenValidator,
+)
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bridge_core import HttpRequest, HttpResponse, InboundMessage
@@ -204,3 +211,31 @@ async def test_endorsements_must_name_the_channel(
 async def test_not_an_activity_is_a_bad_request(fake: FakeTeams, provider: TeamsProvider) -> None:
     req = HttpRequest(method="POST", path="/api/teams/messages", headers={}, body=b"{not json")
     assert (await deliver(provider, Sink(), req)).status == 400
+
+
+async def test_rotated_key_is_fetched_once_then_cached(
+    fake: FakeTeams, channel: str, foreign_key: rsa.RSAPrivateKey
+) -> None:
+    clock = [1000.0]
+    keys = OpenIdKeys(fake.openid_url, min_refresh=60.0, clock=lambda: clock[0])
+    validator = TokenValidator(app_id=fake.app_id, keys=keys)
+    service = fake.service_url
+    await validator.validate(
+        f"Bearer {fake.channel_token()}", channel_id="msteams", service_url=service
+    )
+    # The channel starts signing with a new key: an unknown kid fetches the keys again, but at
+    # most once a minute, so a flood of made-up key ids cannot hammer the key service.
+    fake.signing_key, fake.key_id = foreign_key, "fake-key-2"
+    clock[0] += 61.0
+    await validator.validate(
+        f"Bearer {fake.channel_token()}", channel_id="msteams", service_url=service
+    )
+    assert fake.count("jwks") == 2
+    for _ in range(3):
+        with pytest.raises(InvalidToken, match="unknown key"):
+            await validator.validate(
+                f"Bearer {fake.channel_token(kid='made-up')}",
+                channel_id="msteams",
+                service_url=service,
+            )
+    assert fake.count("jwks") == 2
