@@ -32,7 +32,7 @@ from bridge_core.provider import HttpRequest, HttpResponse, HttpRoute, InboundMe
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
 
-__all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents"]
+__all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents", "to_inbound"]
 
 logger = logging.getLogger("bridge_slack.events")
 
@@ -122,40 +122,57 @@ class SlackEvents:
 
     def to_inbound(self, payload: dict[str, Any], retry_num: str | None) -> InboundMessage | None:
         """The user message in an ``event_callback`` payload, or ``None`` for anything else."""
-        event = payload.get("event")
-        if not isinstance(event, dict) or event.get("type") not in _HANDLED_EVENTS:
-            return None
-        subtype = event.get("subtype")
-        if subtype in IGNORED_SUBTYPES or subtype not in USER_SUBTYPES:
-            return None
-        user = event.get("user")
-        own_user, own_bot = self._provider.own_ids()
-        if event.get("bot_id") or event.get("bot_profile") or not isinstance(user, str):
-            return None
-        if user in (own_user, own_bot):
-            return None
-        channel, ts = event.get("channel"), event.get("ts")
-        if not isinstance(channel, str) or not isinstance(ts, str):
-            return None
-        try:
-            at = float(ts)
-        except ValueError:
-            return None
-        thread = event.get("thread_ts")
-        return InboundMessage(
-            message_id=f"{channel}:{ts}",
-            channel=channel,
-            author=user,
-            text=str(event.get("text") or ""),
-            at=at,
-            thread=thread if isinstance(thread, str) and thread != ts else None,
-            author_is_bot=False,
-            platform="slack",
+        retries = int(retry_num) if retry_num and retry_num.isdigit() else 0
+        return to_inbound(
+            payload,
             profile=self._provider.profile,
-            extra={
-                "event_id": payload.get("event_id"),
-                "team": payload.get("team_id"),
-                "event_type": event.get("type"),
-                "retry_num": int(retry_num) if retry_num and retry_num.isdigit() else 0,
-            },
+            own_ids=self._provider.own_ids(),
+            retry_num=retries,
         )
+
+
+def to_inbound(
+    payload: dict[str, Any],
+    *,
+    profile: str,
+    own_ids: tuple[str | None, str | None],
+    retry_num: int = 0,
+) -> InboundMessage | None:
+    """The user message in an Events API ``event_callback`` payload (over HTTP or Socket Mode),
+    or ``None`` for bots, the bridge itself, system subtypes and other events."""
+    event = payload.get("event")
+    if not isinstance(event, dict) or event.get("type") not in _HANDLED_EVENTS:
+        return None
+    subtype = event.get("subtype")
+    if subtype in IGNORED_SUBTYPES or subtype not in USER_SUBTYPES:
+        return None
+    user = event.get("user")
+    if event.get("bot_id") or event.get("bot_profile") or not isinstance(user, str):
+        return None
+    if user in own_ids:
+        return None
+    channel, ts = event.get("channel"), event.get("ts")
+    if not isinstance(channel, str) or not isinstance(ts, str):
+        return None
+    try:
+        at = float(ts)
+    except ValueError:
+        return None
+    thread = event.get("thread_ts")
+    return InboundMessage(
+        message_id=f"{channel}:{ts}",
+        channel=channel,
+        author=user,
+        text=str(event.get("text") or ""),
+        at=at,
+        thread=thread if isinstance(thread, str) and thread != ts else None,
+        author_is_bot=False,
+        platform="slack",
+        profile=profile,
+        extra={
+            "event_id": payload.get("event_id"),
+            "team": payload.get("team_id"),
+            "event_type": event.get("type"),
+            "retry_num": retry_num,
+        },
+    )

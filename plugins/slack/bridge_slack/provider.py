@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -34,6 +34,7 @@ from bridge_core.provider import (
 from bridge_core.text import neutralise_mass_mentions
 from bridge_slack.errors import map_slack_error
 from bridge_slack.events import SlackEvents
+from bridge_slack.socket_mode import SlackSocketMode
 
 __all__ = [
     "DEFAULT_API_BASE_URL",
@@ -67,9 +68,10 @@ _PROBE_TOLERATES = frozenset({"channel_not_found", "missing_scope"})
 class SlackSettings(BaseModel):
     """A Slack profile's ``settings`` table.
 
-    ``bot_token`` (``xoxb-…``) is required; ``signing_secret`` is required to take inbound
-    events over HTTP. ``api_base_url`` points the client elsewhere (GovSlack's
-    ``https://slack-gov.com/api/``, a proxy, a test's fake).
+    ``bot_token`` (``xoxb-…``) is required. Inbound takes either the Events API over HTTP
+    (``signing_secret`` set, served at ``events_path``) or Socket Mode (``socket_mode = true``
+    with an app-level ``app_token``, ``xapp-…``). ``api_base_url`` points the client elsewhere
+    (GovSlack's ``https://slack-gov.com/api/``, a proxy, a test's fake).
     """
 
     # hide_input_in_errors: a validation error must not print a token pasted into a wrong key.
@@ -82,6 +84,9 @@ class SlackSettings(BaseModel):
     timeout: float = Field(default=10.0, gt=0, le=120)
     bot_user_id: str | None = None
     unfurl: bool = False
+    socket_mode: bool = False
+    app_token: SecretStr | None = None
+    socket_ping_interval: float = Field(default=10.0, gt=0, le=300)
 
     @field_validator("bot_token")
     @classmethod
@@ -100,6 +105,22 @@ class SlackSettings(BaseModel):
         if value is not None and not value.get_secret_value().strip():
             raise ValueError("signing_secret is empty: set it or remove the key")
         return value
+
+    @field_validator("app_token")
+    @classmethod
+    def _app_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith("xapp-"):
+            raise ValueError("app_token must be an app-level token (starting xapp-)")
+        return value
+
+    @model_validator(mode="after")
+    def _socket_mode_needs_app_token(self) -> SlackSettings:
+        if self.socket_mode and self.app_token is None:
+            raise ValueError(
+                "socket_mode = true needs app_token: an app-level token (xapp-…) with the "
+                "connections:write scope"
+            )
+        return self
 
     @field_validator("api_base_url")
     @classmethod
@@ -150,16 +171,21 @@ class SlackProvider(ChatProvider):
 
     # ----------------------------------------------------------------- the client
 
-    def _web(self) -> AsyncWebClient:
-        # Built on first use: an aiohttp session belongs to the running event loop.
-        if self._client is None or self._session is None or self._session.closed:
+    def session(self) -> aiohttp.ClientSession:
+        """The provider's aiohttp session, made on first use (it belongs to the running loop)."""
+        if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.settings.timeout)
             )
+            self._client = None
+        return self._session
+
+    def _web(self) -> AsyncWebClient:
+        if self._client is None or self._session is None or self._session.closed:
             self._client = AsyncWebClient(
                 token=self.settings.bot_token.get_secret_value(),
                 base_url=self.api_base_url,
-                session=self._session,
+                session=self.session(),
                 timeout=int(max(1, self.settings.timeout)),
                 retry_handlers=[],
             )
@@ -172,11 +198,13 @@ class SlackProvider(ChatProvider):
         /,
         *,
         tolerate: frozenset[str] = frozenset(),
+        client: AsyncWebClient | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Call a Web API method; every failure comes out as a core ``ProviderError``, except
-        the error codes in ``tolerate``, which come back as Slack's ``{"ok": false}`` data."""
-        client = self._web()
+        the error codes in ``tolerate``, which come back as Slack's ``{"ok": false}`` data.
+        ``client`` defaults to the bot-token client."""
+        client = client if client is not None else self._web()
         try:
             if method == "conversations.info":
                 response = await client.conversations_info(**kwargs)
@@ -283,10 +311,32 @@ class SlackProvider(ChatProvider):
             self._bot_id = bot_id if isinstance(bot_id, str) else ""
         return self._bot_user_id, self._bot_id or None
 
+    async def open_socket_url(self) -> str:
+        """A fresh Socket Mode websocket URL from ``apps.connections.open`` (app token)."""
+        if self.settings.app_token is None:
+            raise Unreachable(f"Slack profile {self.profile!r} has no app_token for Socket Mode")
+        client = AsyncWebClient(
+            token=self.settings.app_token.get_secret_value(),
+            base_url=self.api_base_url,
+            session=self.session(),
+            retry_handlers=[],
+        )
+        data = await self._call("apps.connections.open", None, client=client)
+        url = data.get("url")
+        if not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
+            raise TransportError("Slack apps.connections.open answered ok without a websocket URL")
+        return url
+
+    async def receive(self, sink: InboundSink) -> None:
+        """With ``socket_mode``, take events over Slack's Socket Mode until cancelled (raises
+        ``ConnectionLost`` when the socket drops); otherwise return at once."""
+        if self.settings.socket_mode:
+            await SlackSocketMode(self, sink).run()
+
     def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
         """The Events API endpoint (``settings.events_path``); none without a signing secret,
-        since unsigned events are never accepted."""
-        if self.settings.signing_secret is None:
+        since unsigned events are never accepted, and none in Socket Mode."""
+        if self.settings.signing_secret is None or self.settings.socket_mode:
             return ()
         return (SlackEvents(self, sink).route(),)
 
