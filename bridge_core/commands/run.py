@@ -9,6 +9,7 @@ import anyio
 import click
 
 from bridge_core.commands import config_option, load_cli_config
+from bridge_core.ledger import Schedule
 from bridge_core.runtime.agents import AgentLoadError
 from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
 from bridge_core.runtime.logs import configure_logging
@@ -66,6 +67,7 @@ __all__ = ["command"]
 )
 @click.option("--ledger-lease", type=float, default=None, hidden=True)
 @click.option("--ledger-table-prefix", default="bridge_", hidden=True)
+@click.option("--ledger-sweep-interval", type=float, default=None, hidden=True)
 def command(
     config_path: Path | None,
     host: str | None,
@@ -82,6 +84,7 @@ def command(
     key_prefix: str,
     ledger_lease: float | None,
     ledger_table_prefix: str,
+    ledger_sweep_interval: float | None,
 ) -> None:
     """Serve the configured channels: notifications, replies and the HTTP API."""
     config = load_cli_config(config_path)
@@ -101,6 +104,9 @@ def command(
         key_prefix=key_prefix,
         ledger_lease=ledger_lease,
         ledger_table_prefix=ledger_table_prefix,
+        ledger_schedule=(
+            Schedule(sweep_interval=ledger_sweep_interval) if ledger_sweep_interval else None
+        ),
     )
     try:
         gateway = Gateway(config, options=options)

@@ -55,6 +55,7 @@ class GatewayProcess:
     url: str = ""
     runs: int = 0
     _client: httpx.Client | None = None
+    _ready_path: Path = Path()
 
     @property
     def log_path(self) -> Path:
@@ -74,12 +75,17 @@ class GatewayProcess:
                 stderr=log,
                 env=env,
             )  # fmt: skip
+        self._ready_path = ready
         if wait:
-            info = wait_for(
-                lambda: self._ready(ready), timeout=30, what=f"{ready} (log: {self.log_path})"
-            )
-            self.url = info["url"]
+            self.start_wait()
         return self
+
+    def start_wait(self) -> None:
+        ready = self._ready_path
+        info = wait_for(
+            lambda: self._ready(ready), timeout=30, what=f"{ready} (log: {self.log_path})"
+        )
+        self.url = info["url"]
 
     def _ready(self, path: Path) -> dict[str, Any] | None:
         assert self.process is not None

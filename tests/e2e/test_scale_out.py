@@ -1,0 +1,186 @@
+"""Three ``chatbridge run`` processes sharing Redis (conversation logs, membership, fleet streams)
+and PostgreSQL (the ledger); one is killed with SIGKILL mid-run.
+
+Phase one hands every user turn to every process (as a platform gateway connection would), phase
+two to one process at random (as a load balancer would). Every turn must be answered exactly
+once (a copy beyond the first only if it carries the ledger's recovery marker), and each
+channel's notifications must come from one process at a time, within the channel's budget.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import secrets
+import signal
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from bridge_core.ledger import is_marked
+from bridge_core.provider import SendBudget
+from bridge_core.testing.budget import TranscriptEntry, check_budget, check_edit_spacing
+from bridge_core.testing.services import require_postgres, require_redis
+
+from .conftest import GatewayProcess, transcript_lines, wait_for
+
+BUDGET = SendBudget(burst=3, per_second=5.0, edit_spacing=0.5)
+CHANNELS = ("ops", "dev", "qa")
+ECHO = re.compile(r"^echo: (turn \d+) \(")
+
+
+def write_config(path: Path, transcript: Path, redis_url: str, postgres_url: str) -> Path:
+    lines = [
+        "[profiles.con]",
+        'provider = "console"',
+        f'settings = {{ transcript = "{transcript}", output = "none", inbound = "-", '
+        'inbound_channel = "ops", budget = { burst = 3, per_second = 5.0, edit_spacing = 0.5 } }',
+    ]
+    for name in CHANNELS:
+        lines += ["", f"[channels.{name}]", 'profile = "con"', f'channel_id = "{name}"']
+        lines.append("notify = { hold = 0.2 }")
+        if name == "ops":
+            lines.append('agent = "bridge_core.runtime.agents:echo_agent"')
+    lines += ["", "[stores]", f'ledger = "{postgres_url}"', f'membership = "{redis_url}"']
+    lines += ["", "[api]", "port = 0", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def notifier_hosts(processes: list[GatewayProcess]) -> dict[str, list[int]]:
+    hosts: dict[str, list[int]] = {name: [] for name in CHANNELS}
+    for index, gw in enumerate(processes):
+        for name, detail in gw.get("/healthz").json()["channels"].items():
+            if detail["notifier_here"]:
+                hosts[name].append(index)
+    return hosts
+
+
+def admitted(processes: list[GatewayProcess]) -> int:
+    total = 0
+    for gw in processes:
+        for line in gw.get("/metrics").text.splitlines():
+            if line.startswith('chatbridge_turns_admitted_total{channel="ops"}'):
+                total += int(float(line.split()[-1]))
+    return total
+
+
+def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess]) -> None:
+    redis_url, postgres_url = require_redis(), require_postgres()
+    prefix = f"e2e{secrets.token_hex(4)}"
+    rng = random.Random(7)
+    args = [
+        "--key-prefix", prefix, "--ledger-table-prefix", f"{prefix}_", "--ledger-lease", "2",
+        "--ledger-sweep-interval", "0.5", "--settle", "0.5", "--heartbeat", "0.3",
+    ]  # fmt: skip
+    processes = []
+    for name in "abc":
+        config = write_config(
+            tmp_path / f"{name}.toml", tmp_path / f"t-{name}.jsonl", redis_url, postgres_url
+        )
+        workdir = tmp_path / name
+        workdir.mkdir()
+        gw = GatewayProcess(config, workdir, args=args, stdin=True)
+        gateways.append(gw)
+        processes.append(gw.start(wait=False))
+    for gw in processes:
+        gw.start_wait()
+    wait_for(
+        lambda: all(len(h) == 1 for h in notifier_hosts(processes).values()),
+        what="each channel's notifier placed on one gateway",
+    )
+
+    def send_turn(i: int, to: list[GatewayProcess]) -> None:
+        line = json.dumps({"id": f"u{i}", "text": f"turn {i}", "author": f"user{i % 5}"})
+        for gw in to:
+            gw.say(line)
+
+    def post_events(batch: int, to: GatewayProcess) -> None:
+        events = [
+            {"kind": "AgentSpawned", "agent": f"g{batch}-{k}", "workspace": f"w{k % 2}"}
+            for k in range(3)
+        ]
+        events += [{"kind": "StatusChanged", "agent": f"g{batch}-0", "status": "busy"}]
+        if batch > 0:
+            events += [
+                {"kind": "AgentFinished", "agent": f"g{batch - 1}-{k}", "outcome": "done"}
+                for k in range(3)
+            ]
+        assert to.post("/v1/events", events).status_code == 202
+
+    # phase one: every turn to every process; events to any of them
+    for i in range(12):
+        send_turn(i, processes)
+        if i % 3 == 0:
+            post_events(i // 3, rng.choice(processes))
+    wait_for(lambda: admitted(processes) == 12, what="the first turns admitted")
+    victim_index = notifier_hosts(processes)["ops"][0]
+    victim = processes[victim_index]
+    victim.kill()  # mid-run: turns may be in flight, and it hosts a notifier
+    survivors = [gw for gw in processes if gw is not victim]
+    wait_for(lambda: _placed_on(survivors), what="the victim's channels placed on a survivor")
+    # phase two: each turn to one surviving process at random; events keep flowing
+    for i in range(12, 24):
+        send_turn(i, [rng.choice(survivors)])
+        if i % 3 == 0:
+            post_events(i // 3, rng.choice(survivors))
+    post_events(8, survivors[0])  # finish the last batch of agents
+
+    def answers() -> Counter[str]:
+        found: Counter[str] = Counter()
+        for name in "abc":
+            for line in transcript_lines(tmp_path / f"t-{name}.jsonl"):
+                if line["op"] == "post":
+                    text = line["text"]
+                    body = text.split("\n", 1)[1] if is_marked(text) else text
+                    match = ECHO.match(body)
+                    if match:
+                        found[match.group(1)] += 1
+        return found
+
+    wait_for(lambda: len(answers()) == 24, timeout=40, what="every turn answered")
+    for gw in survivors:
+        gw.signal(signal.SIGTERM)
+    assert [gw.wait(30) for gw in survivors] == [0, 0]
+
+    # every turn answered exactly once, or again only under the recovery marker
+    unmarked: Counter[str] = Counter()
+    marked: Counter[str] = Counter()
+    writes: dict[str, list[tuple[float, str, dict[str, object]]]] = defaultdict(list)
+    for name in "abc":
+        for line in transcript_lines(tmp_path / f"t-{name}.jsonl"):
+            text = line["text"] or ""
+            body = text.split("\n", 1)[1] if is_marked(text) else text
+            match = ECHO.match(body)
+            if match and line["op"] == "post":
+                (marked if is_marked(text) else unmarked)[match.group(1)] += 1
+            elif line["op"] in ("post", "edit", "error"):
+                writes[line["channel"]].append((line["at"], name, line))
+    assert sorted(unmarked | marked) == sorted(f"turn {i}" for i in range(24))
+    assert max(unmarked.values()) == 1, f"a turn answered twice without the marker: {unmarked}"
+    print(f"turns answered: {sum(unmarked.values())} plain, {sum(marked.values())} marked")
+
+    # notifications: one process at a time per channel, never back; within the budget
+    for channel in CHANNELS:
+        timeline = sorted(writes[channel], key=lambda w: w[0])
+        assert timeline, f"channel {channel} got no notifications"
+        order = [name for _, name, _ in timeline]
+        runs = [name for k, name in enumerate(order) if k == 0 or order[k - 1] != name]
+        assert len(runs) == len(set(runs)) <= 2, f"{channel} notified by {runs}"
+        if len(runs) == 2:
+            assert runs[0] == "abc"[victim_index]
+        if channel == "ops":  # its host was the victim: a survivor took the channel over
+            assert runs[0] == "abc"[victim_index] and len(runs) == 2, runs
+        entries = [
+            TranscriptEntry(
+                t=at, op=str(line["op"]), channel=channel,
+                message_id=line["message_id"], text=str(line["text"]),  # type: ignore[arg-type]
+            )
+            for at, _, line in timeline
+        ]  # fmt: skip
+        assert check_budget(entries, BUDGET) == []
+        assert check_edit_spacing(entries, BUDGET.edit_spacing) == []
+
+
+def _placed_on(survivors: list[GatewayProcess]) -> bool:
+    return all(len(h) == 1 for h in notifier_hosts(survivors).values())
