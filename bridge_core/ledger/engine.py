@@ -57,6 +57,13 @@ class SweepReport:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    kind: str  # a SweepReport field: delivered, failed, abandoned, skipped
+    marked: bool = False
+    row: Obligation | None = None  # the row as it ended, when known
+
+
 class DeliveryLedger:
     """At-least-once delivery of replies, with possible duplicates labelled.
 
@@ -111,30 +118,33 @@ class DeliveryLedger:
     async def deliver_now(self, row: Obligation) -> Obligation:
         """Claim ``row`` (as read, by its fence) and send it; returns the row as it ended, or as
         it is when another claimer got there first."""
-        await self._attempt(row)
+        outcome = await self._attempt(row)
+        if outcome.row is not None:
+            return outcome.row
         current = await self.store.get(row.id)
         return current if current is not None else row
 
-    async def _attempt(self, row: Obligation) -> tuple[str, bool]:
-        """Claim and send one row; returns how it ended (a SweepReport field name) and whether
-        the send carried the marker."""
+    async def _attempt(self, row: Obligation) -> _Outcome:
+        """Claim and send one row."""
         if not self._connected(row.platform):
-            return "skipped", False
+            return _Outcome("skipped")
         now = self._clock()
         verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
         if isinstance(verdict, Abandon):
-            if await self.store.abandon(row.id, fence=row.fence, now=now, reason=verdict.reason):
+            gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=verdict.reason)
+            if gone is not None:
                 log.warning("ledger: abandoned %s: %s", row.id, verdict.reason)
-                return "abandoned", False
-            return "skipped", False
+                return _Outcome("abandoned", row=gone)
+            return _Outcome("skipped")
         claimed = await self.store.claim(row.id, fence=row.fence, now=now)
         if claimed is None:
-            return "skipped", False
-        return await self._send(claimed, marked=verdict.marked), verdict.marked
+            return _Outcome("skipped")
+        return await self._send(claimed, marked=verdict.marked)
 
-    async def _send(self, row: Obligation, *, marked: bool) -> str:
+    async def _send(self, row: Obligation, *, marked: bool) -> _Outcome:
         first = len(row.delivered)
         parts = len(row.chunks)
+        current: Obligation | None = row
         for part in range(first, parts):
             delivery = Delivery(
                 obligation_id=row.id,
@@ -153,26 +163,26 @@ class DeliveryLedger:
             try:
                 ref = await self._deliver(delivery)
             except ProviderError as error:
-                return await self._failed(row, error)
+                return await self._failed(row, error, marked=marked)
             except Exception as error:  # an unclassified error reads as transient
                 log.exception("ledger: delivery of %s raised a non-provider error", row.id)
-                return await self._failed(row, error)
+                return await self._failed(row, error, marked=marked)
             now = self._clock()
             if part + 1 < parts:
-                held = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
+                current = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
             else:
-                held = await self.store.settle(
+                current = await self.store.settle(
                     row.id, fence=row.fence, state=State.DELIVERED, now=now, ref=ref
                 )
-            if not held:
+            if current is None:
                 log.warning("ledger: %s was taken over during its send; stopping", row.id)
-                return "skipped"
-        return "delivered"
+                return _Outcome("skipped", marked)
+        return _Outcome("delivered", marked, current)
 
-    async def _failed(self, row: Obligation, error: BaseException) -> str:
+    async def _failed(self, row: Obligation, error: BaseException, *, marked: bool) -> _Outcome:
         now = self._clock()
         change = after_failure(row, error, now=now, schedule=self.schedule)
-        held = await self.store.settle(
+        settled = await self.store.settle(
             row.id,
             fence=row.fence,
             state=change.state,
@@ -181,17 +191,17 @@ class DeliveryLedger:
             penalty=change.penalty,
             last_error=change.last_error,
         )
-        if not held:
-            return "skipped"
+        if settled is None:
+            return _Outcome("skipped", marked)
         if change.state is State.ABANDONED:
             log.warning("ledger: abandoned %s: %s", row.id, change.last_error)
-            return "abandoned"
+            return _Outcome("abandoned", marked, settled)
         if change.in_process and change.next_attempt_at is not None:
             delay = max(0.0, change.next_attempt_at - now)
             heapq.heappush(self._timers, (anyio.current_time() + delay, row.id, row.fence))
             if self._wake is not None:
                 self._wake.set()
-        return "failed"
+        return _Outcome("failed", marked, settled)
 
     # ------------------------------------------------------------------ sweeps
 
@@ -206,12 +216,12 @@ class DeliveryLedger:
 
         async def one(row: Obligation) -> None:
             try:
-                outcome, marked = await self._attempt(row)
+                outcome = await self._attempt(row)
             finally:
                 limiter.release()
-            counts[outcome] += 1
-            counts["claimed"] += outcome != "skipped"
-            counts["marked"] += marked
+            counts[outcome.kind] += 1
+            counts["claimed"] += outcome.kind != "skipped"
+            counts["marked"] += outcome.marked
 
         cursor = scope.after
         while True:

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Collection
 
 from bridge_core.ledger.model import Obligation, Reply, State
+from bridge_core.ledger.rows import new_row
 from bridge_core.ledger.store import Scope
 from bridge_core.provider import MessageRef
 
@@ -82,25 +83,7 @@ class MemoryLedgerStore:
         existing = self.backend.rows.get(reply.obligation_id)
         if existing is not None:
             return existing, False
-        row = Obligation(
-            id=reply.obligation_id,
-            profile=reply.profile,
-            platform=reply.platform,
-            channel=reply.channel,
-            thread=reply.thread,
-            reply_to=reply.reply_to,
-            text=reply.text,
-            chunks=reply.chunks,
-            state=State.PENDING,
-            attempts=0,
-            resends=0,
-            fence=0,
-            owner=self._owner,
-            created_at=now,
-            updated_at=now,
-            next_attempt_at=None,
-            last_error=None,
-        )
+        row = new_row(reply, owner=self._owner, now=now)
         self.backend.rows[row.id] = row
         return row, True
 
@@ -170,12 +153,11 @@ class MemoryLedgerStore:
 
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
-    ) -> bool:
+    ) -> Obligation | None:
         row = self._held(obligation_id, fence)
         if row is None:
-            return False
-        self._replace(row, delivered=(*row.delivered, ref), updated_at=now)
-        return True
+            return None
+        return self._replace(row, delivered=(*row.delivered, ref), updated_at=now)
 
     async def settle(
         self,
@@ -188,11 +170,11 @@ class MemoryLedgerStore:
         penalty: bool = False,
         last_error: str | None = None,
         ref: MessageRef | None = None,
-    ) -> bool:
+    ) -> Obligation | None:
         row = self._held(obligation_id, fence)
         if row is None:
-            return False
-        self._replace(
+            return None
+        return self._replace(
             row,
             state=state,
             next_attempt_at=next_attempt_at,
@@ -201,7 +183,6 @@ class MemoryLedgerStore:
             delivered=row.delivered if ref is None else (*row.delivered, ref),
             updated_at=now,
         )
-        return True
 
     async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:
         counts = dict.fromkeys(State, 0)

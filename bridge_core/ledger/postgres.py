@@ -258,18 +258,18 @@ class PostgresLedgerStore:
 
     async def _held(
         self, sql_set: str, params: tuple[Any, ...], obligation_id: str, fence: int
-    ) -> bool:
-        async with self.connection() as conn:
-            cursor = await conn.execute(
-                f"UPDATE {self._t} SET {sql_set} "
-                "WHERE id = %s AND fence = %s AND owner = %s AND state = 'attempting'",
-                (*params, obligation_id, fence, self._owner),
-            )
-            return cursor.rowcount == 1
+    ) -> Obligation | None:
+        found = await self._one(
+            f"UPDATE {self._t} SET {sql_set} "
+            "WHERE id = %s AND fence = %s AND owner = %s AND state = 'attempting' "
+            f"RETURNING {COLUMNS}",
+            (*params, obligation_id, fence, self._owner),
+        )
+        return None if found is None else to_obligation(found)
 
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
-    ) -> bool:
+    ) -> Obligation | None:
         return await self._held(
             "updated_at = %s, delivered = delivered || %s::jsonb",
             (now, encode_refs([ref])),
@@ -288,7 +288,7 @@ class PostgresLedgerStore:
         penalty: bool = False,
         last_error: str | None = None,
         ref: MessageRef | None = None,
-    ) -> bool:
+    ) -> Obligation | None:
         return await self._held(
             "updated_at = %s, state = %s, next_attempt_at = %s, penalty = %s, "
             "last_error = COALESCE(%s, last_error), delivered = delivered || %s::jsonb",

@@ -6,7 +6,7 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from bridge_core.ledger.model import Obligation, State
+from bridge_core.ledger.model import Obligation, Reply, State
 from bridge_core.provider import MessageRef
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "encode_chunks",
     "encode_refs",
     "filters_sql",
+    "new_row",
     "scope_where",
     "to_obligation",
 ]
@@ -176,3 +177,26 @@ def filters_sql(
         clauses.append(f"created_at > {ph}")
         params.append(created_after)
     return ((" WHERE " + " AND ".join(clauses)) if clauses else ""), params
+
+
+def new_row(reply: Reply, *, owner: str | None, now: float) -> Obligation:
+    """The row ``record`` creates for ``reply``."""
+    return Obligation(
+        id=reply.obligation_id,
+        profile=reply.profile,
+        platform=reply.platform,
+        channel=reply.channel,
+        thread=reply.thread,
+        reply_to=reply.reply_to,
+        text=reply.text,
+        chunks=reply.chunks,
+        state=State.PENDING,
+        attempts=0,
+        resends=0,
+        fence=0,
+        owner=owner,
+        created_at=now,
+        updated_at=now,
+        next_attempt_at=None,
+        last_error=None,
+    )

@@ -8,6 +8,7 @@ Ownership is host, process id and process start time; whether an owner is alive 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Collection
@@ -17,10 +18,9 @@ from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
     COLUMNS,
-    decode_refs,
     encode_chunks,
-    encode_refs,
     filters_sql,
+    new_row,
     scope_where,
     to_obligation,
 )
@@ -129,13 +129,15 @@ class SQLiteLedgerStore:
 
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
         me = self._owner
+        # The new row is built here rather than read back: the writer thread does less.
+        fresh = new_row(reply, owner=me, now=now)
 
         def run(conn: sqlite3.Connection) -> tuple[Obligation, bool]:
-            created = conn.execute(
-                f"INSERT INTO ledger (id, profile, platform, channel, thread, reply_to, text, "
-                f"chunks, state, owner, created_at, updated_at) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
-                f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
+            cursor = conn.execute(
+                "INSERT INTO ledger (id, profile, platform, channel, thread, reply_to, text, "
+                "chunks, state, owner, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
+                "ON CONFLICT (id) DO NOTHING",
                 (
                     reply.obligation_id,
                     reply.profile,
@@ -149,9 +151,9 @@ class SQLiteLedgerStore:
                     now,
                     now,
                 ),
-            ).fetchone()
-            if created is not None:
-                return to_obligation(created), True
+            )
+            if cursor.rowcount == 1:
+                return fresh, True
             existing = conn.execute(f"{_SELECT} WHERE id = ?", (reply.obligation_id,)).fetchone()
             return to_obligation(existing), False
 
@@ -221,7 +223,7 @@ class SQLiteLedgerStore:
 
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
-    ) -> bool:
+    ) -> Obligation | None:
         return await self._held_update(obligation_id, fence, now, ref=ref, changes="")
 
     async def _held_update(
@@ -233,28 +235,27 @@ class SQLiteLedgerStore:
         ref: MessageRef | None,
         changes: str,
         params: tuple[object, ...] = (),
-    ) -> bool:
+    ) -> Obligation | None:
         me = self._owner
-
-        def run(conn: sqlite3.Connection) -> bool:
-            delivered_sql = ""
-            delivered_params: tuple[str, ...] = ()
-            if ref is not None:
-                current = conn.execute(
-                    "SELECT delivered FROM ledger WHERE id = ? AND fence = ? AND owner = ? "
-                    "AND state = 'attempting'",
-                    (obligation_id, fence, me),
-                ).fetchone()
-                if current is None:
-                    return False
-                refs = [*decode_refs(current[0]), ref]
-                delivered_sql, delivered_params = ", delivered = ?", (encode_refs(refs),)
-            cursor = conn.execute(
-                f"UPDATE ledger SET updated_at = ?{changes}{delivered_sql} "
-                "WHERE id = ? AND fence = ? AND owner = ? AND state = 'attempting'",
-                (now, *params, *delivered_params, obligation_id, fence, me),
+        delivered_sql = ""
+        delivered_params: tuple[str, ...] = ()
+        if ref is not None:
+            # One statement: append the ref to the JSON array in place.
+            delivered_sql = (
+                ", delivered = json_insert(CASE WHEN delivered = '' THEN '[]' ELSE delivered END,"
+                " '$[#]', json(?))"
             )
-            return cursor.rowcount == 1
+            delivered_params = (json.dumps([ref.channel, ref.message_id, ref.thread]),)
+        sql = (
+            f"UPDATE ledger SET updated_at = ?{changes}{delivered_sql} "
+            f"WHERE id = ? AND fence = ? AND owner = ? AND state = 'attempting' "
+            f"RETURNING {COLUMNS}"
+        )
+        values = (now, *params, *delivered_params, obligation_id, fence, me)
+
+        def run(conn: sqlite3.Connection) -> Obligation | None:
+            found = conn.execute(sql, values).fetchone()
+            return None if found is None else to_obligation(found)
 
         return await self.writer.call(run)
 
@@ -269,7 +270,7 @@ class SQLiteLedgerStore:
         penalty: bool = False,
         last_error: str | None = None,
         ref: MessageRef | None = None,
-    ) -> bool:
+    ) -> Obligation | None:
         return await self._held_update(
             obligation_id,
             fence,

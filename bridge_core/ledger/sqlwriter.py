@@ -1,14 +1,15 @@
 """One writer thread per SQLite file that turns concurrent calls into group commits.
 
 Every call is a function of the connection. The writer takes whatever calls are queued (up to
-``max_batch``), runs them in one ``BEGIN IMMEDIATE`` transaction, each inside its own savepoint
-(so one failing call does not undo the others), commits once, then wakes each caller's event
-loop once per batch. With ``synchronous=FULL`` a commit costs an fsync; concurrent callers share
-it, so throughput does not pay one fsync per reply.
+``max_batch``), runs them in one ``BEGIN IMMEDIATE`` transaction (a call that raises is dropped
+and the others run again, so one failing call does not undo the others), commits once, then
+wakes each caller's event loop once per batch. With ``synchronous=FULL`` a commit costs an
+fsync; concurrent callers share it, so throughput does not pay one fsync per reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import sqlite3
 import threading
@@ -24,14 +25,34 @@ T = TypeVar("T")
 
 
 class _Call(Generic[T]):
-    __slots__ = ("done", "error", "fn", "result", "token")
+    """One queued call. On asyncio the caller awaits a plain future (the cheap path the gateway
+    runs on); elsewhere (trio) an anyio event woken through the loop's token."""
+
+    __slots__ = ("done", "error", "fn", "future", "loop", "result", "token")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], T]) -> None:
         self.fn = fn
-        self.done = anyio.Event()
-        self.token = anyio.lowlevel.current_token()
         self.result: T | None = None
         self.error: BaseException | None = None
+        self.future: asyncio.Future[None] | None = None
+        self.done: anyio.Event | None = None
+        self.token: anyio.lowlevel.EventLoopToken | None = None
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+        if self.loop is not None:
+            self.future = self.loop.create_future()
+        else:
+            self.done = anyio.Event()
+            self.token = anyio.lowlevel.current_token()
+
+    async def wait(self) -> None:
+        if self.future is not None:
+            await self.future
+        else:
+            assert self.done is not None
+            await self.done.wait()
 
 
 _STOP = object()
@@ -39,16 +60,22 @@ _STOP = object()
 
 def _wake(calls: list[_Call[Any]]) -> None:
     for call in calls:
-        call.done.set()
+        if call.future is not None:
+            if not call.future.done():  # a cancelled caller no longer waits
+                call.future.set_result(None)
+        elif call.done is not None:
+            call.done.set()
 
 
-def _schedule_wake(token: anyio.lowlevel.EventLoopToken, calls: list[_Call[Any]]) -> None:
-    """Wake the calls' event loop without blocking the writer (asyncio or trio)."""
-    native: Any = token.native_token
+def _schedule_wake(calls: list[_Call[Any]]) -> None:
+    """Wake the calls' event loop once, without blocking the writer (asyncio or trio)."""
+    first = calls[0]
     try:
-        if hasattr(native, "call_soon_threadsafe"):
-            native.call_soon_threadsafe(_wake, calls)
+        if first.loop is not None:
+            first.loop.call_soon_threadsafe(_wake, calls)
         else:
+            assert first.token is not None
+            native: Any = first.token.native_token
             native.run_sync_soon(_wake, calls)
     except RuntimeError:
         pass  # that event loop has ended; nobody waits for these results any more
@@ -86,7 +113,7 @@ class SQLiteWriter:
             raise RuntimeError(f"the SQLite writer for {self.path} is not running")
         pending: _Call[T] = _Call(fn)
         self._queue.put(pending)
-        await pending.done.wait()
+        await pending.wait()
         if pending.error is not None:
             raise pending.error
         return pending.result  # type: ignore[return-value]
@@ -128,28 +155,40 @@ class SQLiteWriter:
             conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Call[Any]]) -> None:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for call in batch:
-                conn.execute("SAVEPOINT call")
-                try:
-                    call.result = call.fn(conn)
-                except Exception as error:
-                    conn.execute("ROLLBACK TO call")
-                    call.error = error
-                conn.execute("RELEASE call")
-            conn.execute("COMMIT")
-        except Exception as error:
-            if conn.in_transaction:
+        # No savepoint per call (two more statements each): when a call raises, the transaction
+        # is rolled back and the batch runs again without it. Calls are functions of the
+        # connection only, so running one again is safe; errors are rare (bugs, a full disk).
+        pending = batch
+        while pending:
+            failed: _Call[Any] | None = None
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for call in pending:
+                    try:
+                        call.result = call.fn(conn)
+                    except Exception as error:
+                        call.error = error
+                        failed = call
+                        break
+                if failed is None:
+                    conn.execute("COMMIT")
+                    break
                 conn.execute("ROLLBACK")
-            for call in batch:
-                call.error = error
-                call.result = None
+                pending = [call for call in pending if call is not failed]
+            except Exception as error:  # BEGIN or COMMIT failed: nothing of the batch is kept
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                for call in pending:
+                    call.error = error
+                    call.result = None
+                break
         self.batches += 1
         self.calls += len(batch)
-        by_loop: dict[int, tuple[anyio.lowlevel.EventLoopToken, list[_Call[Any]]]] = {}
+        by_loop: dict[int, list[_Call[Any]]] = {}
         for call in batch:
-            key = id(call.token.native_token)
-            by_loop.setdefault(key, (call.token, []))[1].append(call)
-        for token, calls in by_loop.values():
-            _schedule_wake(token, calls)
+            loop: object = call.loop if call.loop is not None else call.token
+            if call.token is not None:
+                loop = call.token.native_token
+            by_loop.setdefault(id(loop), []).append(call)
+        for calls in by_loop.values():
+            _schedule_wake(calls)

@@ -95,8 +95,9 @@ class LedgerStore(Protocol):
 
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
-    ) -> bool:
-        """Append a delivered part's ref to the row this owner holds with ``fence``."""
+    ) -> Obligation | None:
+        """Append a delivered part's ref to the row this owner holds with ``fence``; returns the
+        row after the change, ``None`` when the fence moved on and nothing changed."""
         ...
 
     async def settle(
@@ -110,9 +111,10 @@ class LedgerStore(Protocol):
         penalty: bool = False,
         last_error: str | None = None,
         ref: MessageRef | None = None,
-    ) -> bool:
+    ) -> Obligation | None:
         """End this owner's claim (``fence``): delivered (appending ``ref``), failed or abandoned.
-        False when the fence moved on (another process took the row) and nothing changed."""
+        Returns the row after the change; ``None`` when the fence moved on (another process took
+        the row) and nothing changed."""
         ...
 
     async def counts_by_state(

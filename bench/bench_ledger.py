@@ -1,0 +1,282 @@
+"""Delivery ledger throughput: ``python bench/bench_ledger.py [--replies N] [--sweep-rows N]``.
+
+Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it answers):
+
+- replies recorded and marked delivered per second through ``DeliveryLedger.submit`` (record,
+  claim, settle: three statements a reply) with many replies in flight, a no-op platform;
+- the floor: a bare loop of the same three statements with the same durability and the same
+  batching (SQLite: one thread, a commit every as many statements as the ledger's writer put in
+  one group commit on average; PostgreSQL: as many autocommit connections as the store uses);
+- a boot sweep over ``--sweep-rows`` rows a dead process left pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bridge_core.ledger import Delivery, DeliveryLedger, Reply, Schedule, open_store
+from bridge_core.ledger.sqlite import SQLiteLedgerStore, configure_connection
+from bridge_core.provider import MessageRef
+
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+async def _deliver(delivery: Delivery) -> MessageRef:
+    return MessageRef(delivery.channel, "1")
+
+
+def _reply(index: int, tag: str) -> Reply:
+    return Reply.answering(
+        profile="X",
+        platform="console",
+        channel="C1",
+        answers=f"{tag}{index}",
+        text=f"reply number {index}, of a typical short length for a chat answer",
+    )
+
+
+async def submit_rate(store: Any, *, replies: int, in_flight: int, tag: str) -> float:
+    ledger = DeliveryLedger(store, deliver=_deliver, profiles={"X"})
+    todo = iter(range(replies))
+
+    async def worker() -> None:  # one of ``in_flight`` repliers
+        for index in todo:
+            await ledger.submit(_reply(index, tag))
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for _ in range(in_flight):
+            group.start_soon(worker)
+    return replies / (time.perf_counter() - started)
+
+
+def sqlite_floor(path: Path, *, replies: int, per_commit: int) -> float:
+    """The same three statements a reply, one thread, a commit every ``per_commit`` statements."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    configure_connection(conn)
+    conn.executescript(
+        "CREATE TABLE IF NOT EXISTS ledger (id TEXT PRIMARY KEY, profile TEXT, platform TEXT, "
+        "channel TEXT, thread TEXT, reply_to TEXT, text TEXT, chunks TEXT, state TEXT, "
+        "attempts INTEGER DEFAULT 0, resends INTEGER DEFAULT 0, fence INTEGER DEFAULT 0, "
+        "owner TEXT, created_at REAL, updated_at REAL, next_attempt_at REAL, last_error TEXT, "
+        "penalty INTEGER DEFAULT 0, delivered TEXT DEFAULT '') WITHOUT ROWID;"
+        "CREATE INDEX IF NOT EXISTS ledger_open ON ledger (created_at, id) "
+        "WHERE state IN ('pending', 'attempting', 'failed');"
+        "CREATE INDEX IF NOT EXISTS ledger_state_updated ON ledger (state, updated_at);"
+    )
+    statements = 0
+    started = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    for index in range(replies):
+        oid = f"floor{index}"
+        now = time.time()
+        conn.execute(
+            "INSERT INTO ledger (id, profile, platform, channel, thread, reply_to, text, chunks, "
+            "state, owner, created_at, updated_at) VALUES (?, 'X', 'console', 'C1', NULL, NULL, "
+            "?, '', 'pending', 'me', ?, ?) ON CONFLICT (id) DO NOTHING RETURNING id",
+            (oid, "reply text of a typical short length for a chat answer", now, now),
+        ).fetchone()
+        conn.execute(
+            "UPDATE ledger SET state = 'attempting', owner = 'me', fence = fence + 1, "
+            "attempts = attempts + 1, updated_at = ? WHERE id = ? AND fence = 0 RETURNING id",
+            (now, oid),
+        ).fetchone()
+        conn.execute(
+            "UPDATE ledger SET state = 'delivered', updated_at = ?, delivered = ? "
+            "WHERE id = ? AND fence = 1 AND owner = 'me' AND state = 'attempting'",
+            (now, '[["C1", "1", null]]', oid),
+        )
+        statements += 3
+        if statements >= per_commit:
+            conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            statements = 0
+    conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return replies / elapsed
+
+
+def seed_sqlite(path: Path, rows: int) -> None:
+    """``rows`` pending rows left by a process that no longer runs."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    configure_connection(conn)
+    now = time.time()
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO ledger (id, profile, platform, channel, text, state, owner, created_at, "
+        "updated_at) VALUES (?, 'X', 'console', 'C1', 'stored reply', 'pending', "
+        "'gone-host|1|0', ?, ?)",
+        ((f"sweep{index:07d}", now + index * 1e-6, now) for index in range(rows)),
+    )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+async def sweep_rate(store: Any) -> tuple[float, int]:
+    ledger = DeliveryLedger(
+        store, deliver=_deliver, profiles={"X"}, schedule=Schedule(concurrency=64)
+    )
+    started = time.perf_counter()
+    report = await ledger.boot_sweep()
+    return time.perf_counter() - started, report.delivered
+
+
+async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: int) -> None:
+    store = await open_store(folder / "bench.db")
+    assert isinstance(store, SQLiteLedgerStore)
+    await submit_rate(store, replies=min(2000, replies), in_flight=in_flight, tag="warm")
+    store.writer.batches = store.writer.calls = 0
+    rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
+    per_commit = max(1, round(store.writer.calls / max(1, store.writer.batches)))
+    await store.aclose()
+    floor = sqlite_floor(folder / "floor.db", replies=replies, per_commit=per_commit)
+    floor_one = sqlite_floor(folder / "floor1.db", replies=min(replies, 2000), per_commit=3)
+    print(
+        f"SQLite  submit (record+claim+delivered): {rate:10,.0f} replies/s "
+        f"({in_flight} in flight, {per_commit} statements per group commit on average)"
+    )
+    print(
+        f"SQLite  floor, same statements, same batching:{floor:10,.0f} replies/s  "
+        f"ratio {rate / floor:.2f}"
+    )
+    print(
+        f"SQLite  bare loop, one commit per reply:     {floor_one:10,.0f} replies/s  "
+        f"(the ledger is {rate / floor_one:.1f}x that)"
+    )
+    sweep_db = folder / "sweep.db"
+    seeded = await open_store(sweep_db)
+    await seeded.aclose()
+    seed_sqlite(sweep_db, sweep_rows)
+    store = await open_store(sweep_db)
+    elapsed, delivered = await sweep_rate(store)
+    await store.aclose()
+    print(
+        f"SQLite  boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
+        f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
+    )
+
+
+async def pg_floor(url: str, table: str, *, replies: int, connections: int) -> float:
+    import psycopg
+
+    conns = [
+        await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(connections)
+    ]
+    per = replies // connections
+
+    async def worker(conn: Any, offset: int) -> None:
+        for index in range(offset, offset + per):
+            oid = f"floor{index}"
+            now = time.time()
+            await conn.execute(
+                f"INSERT INTO {table} (id, profile, platform, channel, text, chunks, state, "
+                "owner, created_at, updated_at) VALUES (%s, 'X', 'console', 'C1', %s, '', "
+                "'pending', 'me', %s, %s) ON CONFLICT (id) DO NOTHING RETURNING id",
+                (oid, "reply text", now, now),
+            )
+            await conn.execute(
+                f"UPDATE {table} SET state = 'attempting', owner = 'me', fence = fence + 1, "
+                "attempts = attempts + 1, updated_at = %s WHERE id = %s AND fence = 0 "
+                "RETURNING id",
+                (now, oid),
+            )
+            await conn.execute(
+                f"UPDATE {table} SET state = 'delivered', updated_at = %s, "
+                "delivered = delivered || %s::jsonb WHERE id = %s AND fence = 1 "
+                "AND owner = 'me' AND state = 'attempting'",
+                (now, '[["C1", "1", null]]', oid),
+            )
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for number, conn in enumerate(conns):
+            group.start_soon(worker, conn, number * per)
+    elapsed = time.perf_counter() - started
+    for conn in conns:
+        await conn.close()
+    return per * connections / elapsed
+
+
+async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> None:
+    import psycopg
+
+    from bridge_core.ledger.postgres import PostgresLedgerStore
+
+    prefix = f"bench{uuid.uuid4().hex[:8]}_"
+    try:
+        store = await open_store(PG_URL, table_prefix=prefix)
+    except Exception as error:
+        print(f"PostgreSQL not measured: {error}")
+        return
+    assert isinstance(store, PostgresLedgerStore)
+    try:
+        await submit_rate(store, replies=min(1000, replies), in_flight=in_flight, tag="warm")
+        rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
+        floor = await pg_floor(PG_URL, f"{prefix}ledger", replies=replies, connections=4)
+        print(
+            f"Postgres submit (record+claim+delivered): {rate:9,.0f} replies/s "
+            f"({in_flight} in flight, 4 connections)"
+        )
+        print(
+            f"Postgres floor, same statements, 4 autocommit connections: {floor:9,.0f} "
+            f"replies/s  ratio {rate / floor:.2f}"
+        )
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+            await conn.execute(f"DELETE FROM {prefix}ledger")
+            now = time.time()
+            async with (
+                conn.cursor() as cursor,
+                cursor.copy(
+                    f"COPY {prefix}ledger (id, profile, platform, channel, text, state, owner, "
+                    "created_at, updated_at) FROM STDIN"
+                ) as copy,
+            ):
+                for index in range(sweep_rows):
+                    await copy.write_row(
+                        (
+                            f"sweep{index:07d}",
+                            "X",
+                            "console",
+                            "C1",
+                            "stored",
+                            "pending",
+                            "gone-host|1|0",
+                            now + index * 1e-6,
+                            now,
+                        )
+                    )
+            await conn.execute(f"ANALYZE {prefix}ledger")
+        elapsed, delivered = await sweep_rate(store)
+        print(
+            f"Postgres boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
+            f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
+        )
+    finally:
+        await store.drop_tables()
+        await store.aclose()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--replies", type=int, default=30_000)
+    parser.add_argument("--sweep-rows", type=int, default=100_000)
+    parser.add_argument("--in-flight", type=int, default=512)
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        await bench_sqlite(Path(folder), args.replies, args.sweep_rows, args.in_flight)
+    if not args.no_postgres:
+        await bench_postgres(args.replies, args.sweep_rows, args.in_flight)
+
+
+if __name__ == "__main__":
+    anyio.run(main)
