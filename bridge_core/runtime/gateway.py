@@ -24,6 +24,7 @@ import os
 import socket
 import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from bridge_core.config import BridgeConfig, ProfileConfig
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderContext
+from bridge_core.inbound import ReconnectWatcher
 from bridge_core.ledger import DeliveryLedger, DisabledLedger, Reply, Schedule, open_store
 from bridge_core.ledger.kv import MemoryKeyValueStore, key_value_store
 from bridge_core.ledger.model import Delivery, State
@@ -161,6 +163,7 @@ class Gateway:
         self._agents = dict(agents or {})
         self._by_platform: dict[tuple[str, str], ChannelRuntime] = {}
         self._connected: set[str] = set()
+        self._kv: KeyValueStore = MemoryKeyValueStore()
         self._ledger: DeliveryLedger | DisabledLedger | None = None
         self._bus: FleetBus | None = None
         self._placement: NotifierPlacement | None = None
@@ -219,8 +222,8 @@ class Gateway:
                         if self._placement is not None:
                             for channel in self.channels.values():
                                 intake.start_soon(self._host, channel)
-                        for profile, provider in self.providers.items():
-                            intake.start_soon(self._receive, profile, provider)
+                        for profile in list(self.providers):
+                            intake.start_soon(self._watch, profile)
                         if self.options.http:
                             await self._serve_http(stack)
                         self._accepting = True
@@ -282,11 +285,14 @@ class Gateway:
         else:
             self._ledger = DisabledLedger(deliver=self._deliver)
         # providers' key-value store lives beside the ledger (in memory without one)
-        kv = key_value_store(self._store) if self._store is not None else MemoryKeyValueStore()
+        self._kv = (
+            key_value_store(self._store) if self._store is not None else MemoryKeyValueStore()
+        )
         for name, profile in config.profiles.items():
             if name not in self.providers:
-                self.providers[name] = self._make_provider(name, profile, kv)
-                stack.push_async_callback(self.providers[name].aclose)
+                self.providers[name] = self._make_provider(name, profile, self._kv)
+                # the current instance (a reconnect replaces it) is closed at the end
+                stack.push_async_callback(self._close_provider, name)
             self._connected.add(name)
         log_target = self._log_target()
         if stores.membership_url is not None:
@@ -348,6 +354,9 @@ class Gateway:
             self.channels[name] = runtime
             self._by_platform[(channel_config.profile, channel_config.channel_id)] = runtime
 
+    async def _close_provider(self, name: str) -> None:
+        await self.providers[name].aclose()
+
     def _make_provider(self, name: str, profile: ProfileConfig, kv: KeyValueStore) -> ChatProvider:
         if profile.provider_type is None:
             raise GatewayError(f"profile {name!r}: provider {profile.provider!r} is not resolved")
@@ -395,14 +404,41 @@ class Gateway:
 
     # ------------------------------------------------------------------ inbound
 
-    async def _receive(self, profile: str, provider: ChatProvider) -> None:
+    async def _watch(self, profile: str) -> None:
+        """The profile's inbound connection under a ``ReconnectWatcher``: rebuilt after a drop
+        (the new instance also takes over sending), then the platform's failed rows resent."""
+        config = self.config.profiles[profile]
+        platform = config.provider_type.name if config.provider_type else config.provider
+        first = self.providers[profile]
+        built = 0
+
+        async def factory() -> ChatProvider:
+            nonlocal built
+            built += 1
+            if built == 1 or profile in self._given_providers:
+                return first
+            return self._make_provider(profile, config, self._kv)
+
         async def sink(message: InboundMessage) -> None:
             await self._admit(profile, message)
 
-        try:
-            await provider.receive(sink)
-        except Exception:
-            log.exception("provider of profile %s stopped receiving", profile)
+        async def reconnected(platform_name: str) -> None:
+            provider = watcher.provider
+            assert provider is not None
+            self.providers[profile] = provider
+            for channel in self.channels.values():
+                if channel.profile == profile:
+                    channel.provider = provider
+                    channel.sender.provider = provider
+            self._connected.add(profile)
+            log.info("profile %s reconnected; resending %s's failed replies", profile, platform)
+            if self._ledger is not None:
+                await self._ledger.redeliver_failed(platform_name)
+
+        watcher = ReconnectWatcher(factory, sink, platform=platform, on_reconnected=reconnected)
+        await watcher.run()
+        if watcher.gave_up is not None:
+            self._connected.discard(profile)
 
     async def inbound(self, profile: str, message: InboundMessage) -> bool:
         """Hand the gateway a user message as profile ``profile``'s provider would (embedding,
@@ -446,12 +482,15 @@ class Gateway:
             raise ShuttingDown()
         if self._bus is not None:
             await self._bus.publish(list(self.channels), events)
+        kinds: Counter[str] = Counter()
+        offer_here = self._bus is None
         for event in events:
-            kind = "Unknown" if isinstance(event, UnknownEvent) else event.kind
-            self.metrics.events_in.labels(kind).inc()
-            if self._bus is None:
+            kinds["Unknown" if isinstance(event, UnknownEvent) else event.kind] += 1
+            if offer_here:
                 for channel in self.channels.values():
                     channel.offer(event)
+        for kind, count in kinds.items():  # one labelled increment per kind, not per event
+            self.metrics.events_in.labels(kind).inc(count)
 
     async def accept_message(self, request: MessageRequest) -> MessageReceipt:
         if not self._accepting:

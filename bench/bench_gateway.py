@@ -1,0 +1,226 @@
+"""Gateway throughput and latency, each against a floor measured in the same run.
+
+1. Fleet events accepted per second over HTTP: keep-alive connections posting batches of 100
+   events to ``POST /v1/events`` of a real ``chatbridge run`` process (console provider, SQLite
+   ledger, the notifier running), against the same aiohttp server answering 202 with no work.
+2. Latency from ``POST /v1/messages`` to the console provider's send (the transcript's ``at``),
+   at low load (one message at a time, 20 a second), p50 and p99, against the floor server's
+   request-to-202 latency.
+
+Run: ``python bench/bench_gateway.py [--seconds 5] [--messages 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+FLOOR_SERVER = """
+import sys
+from aiohttp import web
+
+async def accept(request):
+    await request.read()
+    return web.json_response({"accepted": 0}, status=202)
+
+app = web.Application(client_max_size=1 << 20)
+app.router.add_post("/v1/events", accept)
+app.router.add_post("/v1/messages", accept)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+CONFIG = """
+[profiles.con]
+provider = "console"
+settings = {{ transcript = "{transcript}", output = "none", budget = "unlimited" }}
+
+[channels.ops]
+profile = "con"
+channel_id = "ops"
+
+[stores]
+ledger = "{ledger}"
+
+[api]
+port = 0
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {path}")
+        time.sleep(0.02)
+
+
+async def wait_http(url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(500):
+            try:
+                async with session.post(url + "/v1/events", json=[]) as response:
+                    await response.read()
+                    return
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.02)
+    raise SystemExit(f"{url} never answered")
+
+
+def batch(offset: int) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = []
+    for k in range(100):
+        agent = f"a{(offset + k) % 1000}"
+        events.append({"kind": "StatusChanged", "agent": agent, "status": f"step {offset + k}"})
+    return events
+
+
+async def throughput(url: str, seconds: float, connections: int = 4) -> float:
+    payloads = [json.dumps(batch(i * 100)).encode() for i in range(50)]
+    headers = {"Content-Type": "application/json"}
+    counts = [0] * connections
+    deadline = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker(index: int) -> None:
+            n = 0
+            while time.perf_counter() < deadline:
+                body = payloads[n % len(payloads)]
+                async with session.post(url + "/v1/events", data=body, headers=headers) as r:
+                    if r.status != 202:
+                        raise SystemExit(f"unexpected {r.status}: {await r.text()}")
+                    await r.read()
+                n += 1
+                counts[index] += 100
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(connections)))
+        elapsed = time.perf_counter() - started
+    return sum(counts) / elapsed
+
+
+async def floor_latency(url: str, messages: int, rate: float) -> list[float]:
+    out = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(messages):
+            began = time.perf_counter()
+            async with session.post(url + "/v1/messages", json={"text": f"m{i}"}) as r:
+                await r.read()
+            out.append(time.perf_counter() - began)
+            await asyncio.sleep(max(0.0, 1 / rate - out[-1]))
+    return out
+
+
+async def gateway_latency(url: str, transcript: Path, messages: int, rate: float) -> list[float]:
+    sent: dict[str, float] = {}
+    async with aiohttp.ClientSession() as session:
+        for i in range(messages):
+            text = f"latency probe {i}"
+            sent[text] = time.time()
+            began = time.perf_counter()
+            async with session.post(
+                url + "/v1/messages", json={"channel": "ops", "text": text}
+            ) as r:
+                if r.status != 202:
+                    raise SystemExit(f"unexpected {r.status}: {await r.text()}")
+                await r.read()
+            await asyncio.sleep(max(0.0, 1 / rate - (time.perf_counter() - began)))
+    deadline = time.monotonic() + 30
+    posted: dict[str, float] = {}
+    while len(posted) < messages and time.monotonic() < deadline:
+        posted = {}
+        text = await asyncio.to_thread(transcript.read_text)
+        for line in text.splitlines():
+            entry = json.loads(line)
+            if entry["op"] == "post" and entry["text"] in sent:
+                posted[entry["text"]] = entry["at"]
+        await asyncio.sleep(0.1)
+    return [posted[text] - at for text, at in sent.items() if text in posted]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=20.0)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    env = {**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""}
+
+    port = free_port()
+    floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(port)], env=env)
+    floor_url = f"http://127.0.0.1:{port}"
+    transcript = workdir / "transcript.jsonl"
+    config = workdir / "bridge.toml"
+    config.write_text(CONFIG.format(transcript=transcript, ledger=workdir / "bridge.sqlite3"))
+    ready = workdir / "ready.json"
+    gateway = subprocess.Popen(
+        [sys.executable, "-c", "from bridge_core.cli import main; main()", "run", "-c",
+         str(config), "--ready-file", str(ready), "--log-level", "WARNING"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        asyncio.run(wait_http(floor_url))
+        wait_for(ready)
+        gateway_url = json.loads(ready.read_text())["url"]
+
+        floor_rate = asyncio.run(throughput(floor_url, args.seconds))
+        gateway_rate = asyncio.run(throughput(gateway_url, args.seconds))
+        floor_lat = asyncio.run(floor_latency(floor_url, args.messages, args.rate))
+        gateway_lat = asyncio.run(
+            gateway_latency(gateway_url, transcript, args.messages, args.rate)
+        )
+    finally:
+        for process in (floor, gateway):
+            process.send_signal(signal.SIGTERM)
+        for process in (floor, gateway):
+            process.wait(30)
+
+    ms = 1000.0
+    print(
+        f"fleet events accepted over HTTP (batches of 100, 4 keep-alive connections, "
+        f"{args.seconds:.0f} s each):"
+    )
+    print(f"  gateway {gateway_rate:12,.0f} events/s")
+    print(f"  floor   {floor_rate:12,.0f} events/s  (aiohttp answering 202, no work)")
+    print(f"  ratio   {gateway_rate / floor_rate:12.2f} of the floor")
+    print(
+        f"POST /v1/messages -> console send, {len(gateway_lat)} of {args.messages} messages at "
+        f"{args.rate:g}/s:"
+    )
+    for q, label in ((0.5, "p50"), (0.99, "p99")):
+        g, f = pct(gateway_lat, q) * ms, pct(floor_lat, q) * ms
+        print(
+            f"  {label}: gateway {g:7.2f} ms, floor (request -> 202) {f:6.2f} ms, "
+            f"ratio {g / f:6.1f}x"
+        )
+    print(f"  mean gateway {statistics.fmean(gateway_lat) * ms:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
