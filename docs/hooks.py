@@ -13,6 +13,9 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: cli-ledger -->
     <!-- generated: hookspecs -->
     <!-- generated: metrics -->
+    <!-- generated: notify-examples -->
+    <!-- generated: ledger-markers -->
+    <!-- generated: ledger-schedule -->
 
 ``on_page_markdown`` replaces each marker with markdown rendered from the live objects
 (``bridge_core.provider.ERROR_TABLE``, the pydantic config models, the files in ``docs/adr/``,
@@ -494,6 +497,102 @@ def cli_ledger() -> str:
     return cli_help("ledger")
 
 
+def ledger_markers() -> str:
+    """The recovery markers exactly as the ledger writes them (``bridge_core.ledger.schedule``)."""
+    from bridge_core.ledger.schedule import MARKER, MARKER_PARTIAL
+
+    return (
+        "A whole reply resent:\n\n"
+        f"```\n{MARKER}\n<the reply, unchanged>\n```\n\n"
+        "The rest of a reply split into several messages, resent after some parts arrived:\n\n"
+        f"```\n{MARKER_PARTIAL}\n<the parts not known to have arrived>\n```\n"
+    )
+
+
+def notify_examples() -> str:
+    """What live messages and summaries look like, rendered by ``bridge_core.notify.render``."""
+    from bridge_core.events import Outcome
+    from bridge_core.notify.render import (
+        AgentState,
+        SummaryCounts,
+        render_agent,
+        render_summary,
+    )
+    from bridge_core.provider import LengthUnit
+
+    def show(text: str) -> str:
+        return text
+
+    options: dict[str, Any] = {"clean": show, "max_length": 4000, "unit": LengthUnit.CHARACTERS}
+    running = AgentState("fix-flaky-test", "w1", status="running the suite (3/5) @everyone")
+    done = AgentState("fix-flaky-test", "w1", outcome=Outcome.DONE, cost=0.42, turns=7)
+    crashed = AgentState("migrate-db", "w1", outcome=Outcome.CRASHED, cost=1.1, turns=12)
+    names = [f"agent-{n}" for n in range(1, 6)]
+    burst = SummaryCounts("w1", 30, running=0, done=28, failed=2, killed=0, gone=0, names=names)
+    lines = [
+        "A live message while the agent runs, then the same message edited at the end (note the "
+        "agent's `@everyone`, broken so it pings nobody):",
+        "",
+        f"```\n{render_agent(running, **options)}\n```",
+        "",
+        f"```\n{render_agent(done, **options)}\n```",
+        "",
+        "A failure gets a post of its own:",
+        "",
+        f"```\n{render_agent(crashed, **options)}\n```",
+        "",
+        "A burst's summary, at the end of scenario B:",
+        "",
+        f"```\n{render_summary(burst, **options)}\n```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit[:-1] if count == 1 else unit}"
+    return f"{seconds:g} s"
+
+
+def ledger_schedule() -> str:
+    """The resend schedule from the defaults of ``bridge_core.ledger.schedule.Schedule``."""
+    from bridge_core.ledger.schedule import Schedule
+
+    schedule = Schedule()
+    rows = [
+        "| attempt | when | where |",
+        "|---|---|---|",
+        "| first send | at once, when the reply is recorded | in process |",
+    ]
+    previous = "the first send"
+    for index, delay in enumerate(schedule.resend_delays, start=1):
+        if index > schedule.max_resends:
+            break
+        rows.append(
+            f"| resend {index} | {_duration(delay)} after {previous} failed with a transient "
+            "error | in process |"
+        )
+        previous = f"resend {index}"
+    for index in range(len(schedule.resend_delays) + 1, schedule.max_resends + 1):
+        rows.append(
+            f"| resend {index} | at the **next start** of the gateway (its boot sweep), or when "
+            "the platform reconnects | the next process |"
+        )
+    rows.append(
+        f"| then | abandoned: {schedule.max_resends} resends, or {_duration(schedule.freshness)} "
+        "since the reply was recorded, whichever comes first | kept and visible, not sent |"
+    )
+    rows.append("")
+    rows.append(
+        f"Delivered rows are pruned after {_duration(schedule.keep_delivered)}. A rate limit "
+        "without a `retry_after` waits "
+        f"{_duration(schedule.default_penalty)}."
+    )
+    return "\n".join(rows) + "\n"
+
+
 README_BLOCK = re.compile(
     r"<!-- (demo|test)-command -->\s*(```.*?```)\s*<!-- /\1-command -->", re.S
 )
@@ -521,7 +620,10 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "config-reference": config_reference,
     "error-table": error_table,
     "hookspecs": hookspec_summary,
+    "ledger-markers": ledger_markers,
+    "ledger-schedule": ledger_schedule,
     "metrics": metrics_table,
+    "notify-examples": notify_examples,
     "provider-settings": provider_settings,
     "readme-commands": readme_commands,
 }
