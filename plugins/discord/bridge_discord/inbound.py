@@ -2,8 +2,8 @@
 
 Discord threads are channels of their own with a parent; the core's conversation is the parent
 channel and the thread, so a message in a thread reads as ``channel=<parent>, thread=<thread>``.
-Bots, webhooks, system messages and the bridge's own messages are marked ``author_is_bot`` so the
-core never takes them as user turns.
+Bots, webhooks, system users and the bridge's own messages are marked ``author_is_bot``; the
+provider hands none of them to the core, so they are never user turns.
 """
 
 from __future__ import annotations

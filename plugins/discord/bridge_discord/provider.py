@@ -273,7 +273,8 @@ class DiscordProvider(ChatProvider):
 
         async def handle(message: discord.Message) -> None:
             inbound = inbound_from_message(message, profile=self._profile, own_user_id=own_id)
-            if inbound is not None:
+            # Bots, webhooks and our own posts are never user turns: they stop here.
+            if inbound is not None and not inbound.author_is_bot:
                 await sink(inbound)
 
         client.message_handler = handle

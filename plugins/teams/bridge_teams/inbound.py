@@ -83,19 +83,32 @@ class ReferenceStore:
     def __init__(self, kv: KeyValueStore | None, *, profile: str) -> None:
         self._kv = kv
         self._namespace = f"teams:{profile}:references"
+        # What this process last stored per channel: a busy channel's every message carries the
+        # same reference, and rewriting it each time costs more than checking the message's JWT.
+        self._stored: dict[str, tuple[object, ...]] = {}
 
     async def remember(self, activity: Activity) -> str | None:
         """Store the reference of an inbound activity under its channel; the channel id."""
         if self._kv is None or activity.conversation is None or not activity.service_url:
             return None
+        channel, _ = split_conversation_id(activity.conversation.id)
+        recipient = activity.recipient
+        fingerprint = (
+            activity.service_url,
+            activity.channel_id,
+            activity.conversation.tenant_id,
+            recipient.id if recipient is not None else None,
+        )
+        if self._stored.get(channel) == fingerprint:
+            return channel
         reference = TurnContext.get_conversation_reference(activity)
-        channel, _ = split_conversation_id(reference.conversation.id)
         reference.conversation.id = channel
         reference.activity_id = None  # a proactive send is not a reply to this activity
         reference.user = None
         await self._kv.put(
             self._namespace, channel, json.dumps(reference.serialize()).encode("utf-8")
         )
+        self._stored[channel] = fingerprint
         return channel
 
     async def recall(self, channel: str) -> ConversationReference | None:

@@ -258,7 +258,8 @@ class TeamsProvider(ChatProvider):
                 return _json_response(401, {"error": "unauthorized"})
         await self._references.remember(activity)
         message = inbound_from_activity(activity, profile=self._profile)
-        if message is not None:
+        # Bots (the bridge itself included) are never user turns: they stop here.
+        if message is not None and not message.author_is_bot:
             await sink(message)
         return _json_response(200, {})
 
