@@ -463,6 +463,16 @@ def parse_config(
                     f"no profile named {channel.profile!r} (profiles: {known})",
                 )
             )
+            continue
+        provider_type = config.profiles[channel.profile].provider_type
+        if channel.thread is not None and provider_type is not None:
+            if not provider_type.capabilities.threads:
+                problems.append(
+                    ConfigProblem(
+                        f"channels.{name}.thread",
+                        f"provider {provider_type.name!r} has no threads; remove the key",
+                    )
+                )
     if problems:
         raise ConfigError(path, problems)
     return config

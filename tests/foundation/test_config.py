@@ -316,3 +316,29 @@ def test_values_of_secret_looking_keys_are_never_echoed_in_errors() -> None:
     assert isinstance(settings, _VaultSettings)
     assert settings.api_key.get_secret_value() == "abc"
     assert masked(settings) == {"api_key": "<secret from $K>", "retries": 3}
+
+
+class _NoSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def test_a_thread_on_a_provider_without_threads_is_an_error() -> None:
+    flat = ProviderType(
+        name="flat",
+        capabilities=Capabilities(edit=True, max_length=100, threads=False),
+        budget=SLACK_BUDGET,
+        settings_model=_NoSettings,
+        factory=lambda settings, context: ChatProvider(),
+    )
+    registry = ProviderRegistry([RegisteredProvider(flat, "bridge-flat", "1.0")])
+    data = {
+        "profiles": {"f": {"provider": "flat"}},
+        "channels": {"ops": {"profile": "f", "channel_id": "C", "thread": "T"}},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=registry)
+    assert problems_of(caught) == {
+        "channels.ops.thread": "provider 'flat' has no threads; remove the key"
+    }
+    del data["channels"]["ops"]["thread"]
+    assert parse_config(data, providers=registry).channels["ops"].thread is None
