@@ -38,7 +38,7 @@ import logging
 import re
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,6 +52,10 @@ from bridge_core.provider import (
     Capabilities,
     ChatProvider,
     Forbidden,
+    HttpRequest,
+    HttpResponse,
+    InboundMessage,
+    InboundSink,
     MessageRef,
     NotFound,
     ProviderError,
@@ -66,8 +70,11 @@ __all__ = [
     "MASS_PINGS",
     "ConformanceHarness",
     "Fault",
+    "Inbound",
+    "InboundDriver",
     "Operation",
     "ProviderConformance",
+    "http_inbound",
 ]
 
 Operation = Literal["post", "edit"]
@@ -104,6 +111,46 @@ _EXPECTED: dict[Fault, type[ProviderError]] = {
 MASS_PINGS: tuple[str, ...] = ("@everyone", "@here", "@channel", "@Everyone", "@HERE")
 _MASS_PATTERN = re.compile(r"@(everyone|here|channel)\b", re.IGNORECASE)
 
+
+class Inbound(enum.Enum):
+    """What arrives from the platform in an inbound conformance test."""
+
+    USER = "user"  # a person's message: must reach the sink, once per platform message
+    BOT = "bot"  # another bot's message: must never reach the sink
+    SELF = "self"  # the bridge's own post coming back: must never reach the sink
+    FORGED = "forged"  # failed authentication (bad signature, bad token): refused
+
+
+InboundDriver = Callable[
+    [ChatProvider, InboundSink, Inbound, str], Awaitable["HttpResponse | None"]
+]
+"""Deliver one inbound ``Inbound`` kind with ``text`` to ``provider`` through its real inbound
+path (``http_routes(sink)`` or ``receive(sink)``) and return once the provider has handled it,
+with the HTTP answer when there is one. The same ``text`` must make the same platform message
+(a redelivery), different texts different messages."""
+
+
+def http_inbound(
+    method: str, path: str, make_request: Callable[[Inbound, str], HttpRequest]
+) -> InboundDriver:
+    """An ``InboundDriver`` for providers that take inbound over ``http_routes``: builds the
+    request with ``make_request`` (signed, or forged for ``Inbound.FORGED``) and calls the route
+    the provider serves at ``method path``."""
+
+    async def drive(
+        provider: ChatProvider, sink: InboundSink, kind: Inbound, text: str
+    ) -> HttpResponse | None:
+        routes = [
+            route
+            for route in provider.http_routes(sink)
+            if route.method.upper() == method.upper() and route.path == path
+        ]
+        assert routes, f"{provider.name} serves no {method} {path} route"
+        return await routes[0].handler(make_request(kind, text))
+
+    return drive
+
+
 ScriptFault = Callable[[Fault, Operation], "float | None"]
 """Script the fake so the provider's next ``operation`` fails with ``fault``; return the
 retry-after (seconds) the platform announced for ``RATE_LIMITED``, else ``None``."""
@@ -118,6 +165,8 @@ class ConformanceHarness:
     Both are optional (the console provider has no platform), and so is ``script_fault``: faults
     not in ``faults`` are skipped. ``extra_pings`` are platform-specific forms (``<@U123>``) that
     ``escape`` must change. ``plugin`` is the module with the ``register_providers`` hookimpl.
+    ``inbound`` delivers platform messages for the inbound tests (``http_inbound`` builds one for
+    HTTP routes); without it those tests are skipped.
     """
 
     provider_type: ProviderType
@@ -132,6 +181,7 @@ class ConformanceHarness:
     thread_for: Callable[[MessageRef], str] = lambda ref: ref.message_id
     extra_pings: Sequence[str] = ()
     plugin: object | None = None
+    inbound: InboundDriver | None = None
 
     def build(self) -> ChatProvider:
         """Validate the settings with the type's model and call its factory."""
@@ -353,3 +403,46 @@ class ProviderConformance:
         await provider.post(harness.channel, "then close")
         await provider.aclose()
         await provider.aclose()
+
+    # ----------------------------------------------------------------- inbound
+
+    async def test_inbound_user_message_reaches_the_sink_once_per_message(
+        self, harness: ConformanceHarness
+    ) -> None:
+        if harness.inbound is None:
+            pytest.skip("the harness has no inbound driver")
+        received: list[InboundMessage] = []
+
+        async def sink(message: InboundMessage) -> None:
+            received.append(message)
+
+        async with harness.build() as provider:
+            for text in ("first inbound", "first inbound", "second inbound"):
+                answer = await harness.inbound(provider, sink, Inbound.USER, text)
+                assert answer is None or answer.status < 300, f"refused: {answer}"
+        assert [m.text for m in received] == ["first inbound", "first inbound", "second inbound"]
+        first, again, second = received
+        assert first.message_id and first.message_id == again.message_id, (
+            "a redelivered platform message must carry the same message_id (the core dedups)"
+        )
+        assert second.message_id != first.message_id
+        assert not any(m.author_is_bot for m in received)
+
+    @pytest.mark.parametrize(
+        "kind", [Inbound.BOT, Inbound.SELF, Inbound.FORGED], ids=lambda k: k.value
+    )
+    async def test_inbound_bots_self_and_forgeries_never_reach_the_sink(
+        self, harness: ConformanceHarness, kind: Inbound
+    ) -> None:
+        if harness.inbound is None:
+            pytest.skip("the harness has no inbound driver")
+        received: list[InboundMessage] = []
+
+        async def sink(message: InboundMessage) -> None:
+            received.append(message)
+
+        async with harness.build() as provider:
+            answer = await harness.inbound(provider, sink, kind, f"{kind.value} says hi")
+        assert received == [], f"a {kind.value} message reached the core: {received}"
+        if kind is Inbound.FORGED and answer is not None:
+            assert 400 <= answer.status < 500, f"a forged request was answered {answer.status}"

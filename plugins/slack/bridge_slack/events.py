@@ -105,6 +105,7 @@ class SlackEvents:
             return _json(200, {"challenge": str(payload.get("challenge", ""))})
         if kind != "event_callback":
             return _json(200, {"ok": True, "ignored": str(kind)})
+        await self._provider.learn_identity()
         message = self.to_inbound(payload, request.header("X-Slack-Retry-Num"))
         if message is None:
             return _json(200, {"ok": True, "ignored": "not a user message"})

@@ -12,6 +12,7 @@ refused here, before any request, rather than truncated (ADR 0041 explains the 3
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from bridge_core.provider import (
     InboundSink,
     LengthUnit,
     MessageRef,
+    ProviderError,
     TransportError,
     Unreachable,
 )
@@ -44,6 +46,8 @@ __all__ = [
     "SlackSettings",
     "escape_slack",
 ]
+
+logger = logging.getLogger("bridge_slack")
 
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
 
@@ -165,6 +169,7 @@ class SlackProvider(ChatProvider):
         self._client: AsyncWebClient | None = None
         self._bot_user_id: str | None = settings.bot_user_id
         self._bot_id: str | None = None
+        self._identity_tried = False
 
     def __repr__(self) -> str:
         return f"SlackProvider(profile={self.profile!r}, api_base_url={self.api_base_url!r})"
@@ -301,6 +306,18 @@ class SlackProvider(ChatProvider):
     def own_ids(self) -> tuple[str | None, str | None]:
         """The bridge's ``(user_id, bot_id)`` as far as known, without asking Slack."""
         return self._bot_user_id, self._bot_id or None
+
+    async def learn_identity(self) -> None:
+        """Ask ``auth.test`` for the bridge's own ids once, so its own posts coming back as
+        events are recognised even without ``bot_user_id``; a failure is not retried (the
+        ``bot_id`` that Slack puts on every bot post still filters them)."""
+        if self._identity_tried or self._bot_id is not None:
+            return
+        self._identity_tried = True
+        try:
+            await self.identity()
+        except ProviderError as exc:
+            logger.warning("Slack profile %s: auth.test failed (%s)", self.profile, exc)
 
     async def identity(self) -> tuple[str | None, str | None]:
         """The bridge's own ``(user_id, bot_id)`` in the workspace, from ``auth.test`` once."""

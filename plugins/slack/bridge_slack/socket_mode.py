@@ -42,6 +42,7 @@ class SlackSocketMode:
         return f"SlackSocketMode(profile={self._provider.profile!r})"
 
     async def run(self) -> None:
+        await self._provider.learn_identity()
         while True:
             try:
                 url = await self._provider.open_socket_url()

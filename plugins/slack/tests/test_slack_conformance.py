@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
 from bridge_slack import plugin, provider_type
 
+from bridge_core.provider import HttpRequest
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
+    Inbound,
     Operation,
     ProviderConformance,
+    http_inbound,
 )
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_slack import FakeSlack
+from bridge_core.testing.fake_slack import FakeSlack, event_callback, message_event, signed_headers
 
 RETRY_AFTER = 30
 
@@ -39,6 +43,18 @@ class TestSlackConformance(ProviderConformance):
             fake_slack.script(route_for[operation], replies[fault])
             return float(RETRY_AFTER) if fault is Fault.RATE_LIMITED else None
 
+        def inbound_request(kind: Inbound, text: str) -> HttpRequest:
+            ts = f"1700000000.{zlib.crc32(text.encode()) % 1_000_000:06d}"  # same text, same ts
+            author = {
+                Inbound.BOT: {"bot_id": "B0OTHERBOT"},
+                Inbound.SELF: {"user": fake_slack.bot_user_id},  # learned through auth.test
+            }.get(kind, {})
+            event = message_event(channel="C0GENERAL", text=text, ts=ts, **author)
+            body = event_callback(event)
+            secret = "forged-secret" if kind is Inbound.FORGED else signing_secret
+            headers = signed_headers(secret, body)
+            return HttpRequest(method="POST", path="/slack/events", headers=headers, body=body)
+
         return ConformanceHarness(
             provider_type=provider_type(),
             settings=slack_settings,
@@ -56,4 +72,5 @@ class TestSlackConformance(ProviderConformance):
                 "<!subteam^S0TEAM>",
             ),
             plugin=plugin,
+            inbound=http_inbound("POST", "/slack/events", inbound_request),
         )

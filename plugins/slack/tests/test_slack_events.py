@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -37,9 +38,10 @@ class Clock:
 
 
 @pytest.fixture
-def provider(slack_settings: dict[str, Any]) -> SlackProvider:
+async def provider(slack_settings: dict[str, Any]) -> AsyncIterator[SlackProvider]:
     settings = SlackSettings.model_validate({**slack_settings, "bot_user_id": "U0BRIDGE"})
-    return SlackProvider(settings, profile="ops")
+    async with SlackProvider(settings, profile="ops") as provider:
+        yield provider
 
 
 @pytest.fixture
@@ -69,7 +71,7 @@ def data(response: HttpResponse) -> Any:
     return json.loads(response.body)
 
 
-def test_routes_are_served_only_with_a_signing_secret(
+async def test_routes_are_served_only_with_a_signing_secret(
     provider: SlackProvider, slack_settings: dict[str, Any], sink: Sink
 ) -> None:
     (route,) = provider.http_routes(sink)
