@@ -115,7 +115,8 @@ class FakeDiscord(FakePlatform):
         self._sequence = itertools.count(1)
         self._snowflake_counter = itertools.count(1)
         self._sockets: list[web.WebSocketResponse] = []
-        self._identified = threading.Event()
+        self._gateway_ready = threading.Condition(self.lock)
+        self._ready_sent = 0
         self._resumed = threading.Event()
         self.identify_payloads: list[dict[str, Any]] = []
         self.resume_payloads: list[dict[str, Any]] = []
@@ -425,20 +426,23 @@ class FakeDiscord(FakePlatform):
         bot: bool = False,
         webhook: bool = False,
         message_type: int = 0,
+        message_id: int | None = None,
     ) -> int:
         """A user (or bot) writes in ``channel_id``: stored, and sent to every identified gateway
-        connection as ``MESSAGE_CREATE``. Returns the message id."""
+        connection as ``MESSAGE_CREATE``. Returns the message id; passing an earlier one sends
+        that message again (as a gateway replay after a resume does)."""
         with self.lock:
             channel = self.channels[channel_id]
-            message_id = self.snowflake()
+            message_id = message_id if message_id is not None else self.snowflake()
             author = self.user_json(author_id, bot=bot or author_id == self.bot_id)
             message = self._message_json(message_id, channel, content, author)
             message["type"] = message_type
             if webhook:
                 message["webhook_id"] = str(author_id)
             message["member"] = {"roles": [], "joined_at": datetime.now(UTC).isoformat()}
+            if message_id not in self.messages:
+                channel.message_ids.append(message_id)
             self.messages[message_id] = message
-            channel.message_ids.append(message_id)
         self.dispatch_event("MESSAGE_CREATE", message)
         return message_id
 
@@ -456,9 +460,11 @@ class FakeDiscord(FakePlatform):
         for socket in list(self._sockets):
             asyncio.run_coroutine_threadsafe(socket.close(code=code), loop).result(timeout=5.0)
 
-    def wait_identified(self, timeout: float = 5.0) -> None:
-        if not self._identified.wait(timeout):
-            raise TimeoutError(f"no gateway IDENTIFY within {timeout} s")
+    def wait_identified(self, timeout: float = 5.0, *, count: int = 1) -> None:
+        """Block until ``count`` gateway connections have identified (ever, not at once)."""
+        with self._gateway_ready:
+            if not self._gateway_ready.wait_for(lambda: self._ready_sent >= count, timeout):
+                raise TimeoutError(f"fewer than {count} gateway IDENTIFYs within {timeout} s")
 
     def wait_resumed(self, timeout: float = 5.0) -> None:
         if not self._resumed.wait(timeout):
@@ -550,6 +556,7 @@ class FakeDiscord(FakePlatform):
         for event, payload in (("READY", ready), ("GUILD_CREATE", self._guild_json())):
             frame = {"op": _DISPATCH, "t": event, "s": next(self._sequence), "d": payload}
             await socket.send_str(json.dumps(frame))
-        with self.lock:
+        with self._gateway_ready:
             self._sockets.append(socket)
-        self._identified.set()
+            self._ready_sent += 1
+            self._gateway_ready.notify_all()
