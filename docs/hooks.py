@@ -13,6 +13,7 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: cli-ledger -->
     <!-- generated: hookspecs -->
     <!-- generated: metrics -->
+    <!-- generated: kit-modules -->
     <!-- generated: notify-examples -->
     <!-- generated: ledger-markers -->
     <!-- generated: ledger-schedule -->
@@ -548,6 +549,19 @@ def notify_examples() -> str:
     return "\n".join(lines) + "\n"
 
 
+def kit_modules() -> str:
+    """Every module of ``bridge_core.testing`` with the first paragraph of its docstring."""
+    import pkgutil
+
+    import bridge_core.testing as kit
+
+    rows = ["| module | what it is |", "|---|---|"]
+    for info in sorted(pkgutil.iter_modules(kit.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{kit.__name__}.{info.name}")
+        rows.append(f"| `{module.__name__}` | {_cell(_first_paragraph(module.__doc__))} |")
+    return "\n".join(rows) + "\n"
+
+
 def _duration(seconds: float) -> str:
     for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
         if seconds >= size and seconds % size == 0:
@@ -620,6 +634,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "config-reference": config_reference,
     "error-table": error_table,
     "hookspecs": hookspec_summary,
+    "kit-modules": kit_modules,
     "ledger-markers": ledger_markers,
     "ledger-schedule": ledger_schedule,
     "metrics": metrics_table,

@@ -256,3 +256,15 @@ def test_toml_examples_in_the_docs_are_valid_config() -> None:
             parse_config(data, providers=providers, environ=environ)
             checked += 1
     assert checked >= 3
+
+
+def test_the_kit_page_lists_every_testing_module(site: Path) -> None:
+    import pkgutil
+
+    import bridge_core.testing as kit
+
+    html = page(site, "plugins/kit")
+    names = [info.name for info in pkgutil.iter_modules(kit.__path__)]
+    assert "conformance" in names and "fake_platform" in names
+    for name in names:
+        assert f"<code>bridge_core.testing.{name}</code>" in html
