@@ -1,0 +1,285 @@
+"""Ownership benchmarks: owner decisions, a big takeover, turns/s through the Redis and SQLite logs.
+
+Run: ``python bench/bench_ownership.py [--turns 5000] [--redis redis://127.0.0.1:6379/0]``.
+Each figure is printed with its floor measured in the same run:
+
+- owner decision per turn with 2, 16, 128 members (target < 5 us at 16); floor: the bare
+  xxh3 calls (one per member) the decision cannot avoid;
+- a takeover of 10,000 conversations passed to a departed member (one leave record folded);
+- turns/s admitted through the Redis log and delivered to three members (admission, fold,
+  owner, on_turn); floor: raw XADD by the same number of concurrent writers with three raw
+  XREAD readers on the same server;
+- the same through the SQLite log; floor: bare INSERTs of the same rows at the same durability
+  (WAL, synchronous=FULL) committed in batches of the size the log's group commit reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import xxhash
+
+from bridge_core.conversation import Join, Leave, LeaveReason, Turn
+from bridge_core.ownership import AgentGroupMember, GroupView, member_seed
+from bridge_core.provider import InboundMessage
+
+WRITERS = 8
+
+
+def bench_owner(members: int, conversations: int = 20_000) -> tuple[float, float]:
+    view = GroupView(me=None, members={f"gateway-{i}:{i:08x}": 0.0 for i in range(members)})
+    keys = [f"C0123456/u/U{i:09d}" for i in range(conversations)]
+    owner = view.owner
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for key in keys:
+            owner(key, 1.0)
+        best = min(best, (time.perf_counter() - start) / conversations)
+    seeds = [member_seed(f"gateway-{i}:{i:08x}") for i in range(members)]
+    h = xxhash.xxh3_64_intdigest
+    floor = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for key in keys:
+            raw = key.encode()
+            for seed in seeds:
+                h(raw, seed)
+        floor = min(floor, (time.perf_counter() - start) / conversations)
+    return best, floor
+
+
+def bench_takeover(passed: int = 10_000) -> tuple[float, int]:
+    members = ["a", "b", "c", "d"]
+    records: list[Any] = [Join("C", i + 1, 0.0, m, 0.0) for i, m in enumerate(members)]
+    view = GroupView(me="b", members={}, max_conversations=100_000)
+    for record in records:
+        view.apply(record)
+    seq = len(records)
+    i = 0
+    # turns until `passed` conversations are pending on member a
+    while len(view.pending_conversations("a")) < passed:
+        seq += 1
+        view.apply(Turn("C", f"C/u/user{i}", seq, 1.0, f"m{seq}", f"user{i}", "hi"))
+        i += 1
+    start = time.perf_counter()
+    delivered = view.apply(Leave("C", seq + 1, 2.0, "a", LeaveReason.EXPIRED))
+    return time.perf_counter() - start, len(delivered)
+
+
+async def through_log(opener: Any, turns: int) -> float:
+    """Turns/s from concurrent admission to delivery by three members (each folds them all)."""
+    logs = [await opener() for _ in range(4)]
+    done = anyio.Event()
+    delivered = 0
+
+    async def on_turn(turn: Turn, history: Any) -> None:
+        nonlocal delivered
+        delivered += 1
+        if delivered == turns:
+            done.set()
+
+    members = [
+        AgentGroupMember(logs[i], member_id=f"bench{i}", on_turn=on_turn, settle=0.0, heartbeat=1.0)
+        for i in range(3)
+    ]
+    admitter = logs[3]
+    async with anyio.create_task_group() as tg:
+        for member in members:
+            tg.start_soon(member.run)
+        for member in members:
+            await member.ready.wait()
+        await anyio.sleep(0.05)
+        start = time.perf_counter()
+
+        async def write(offset: int) -> None:
+            for i in range(offset, turns, WRITERS):
+                await admitter.admit(
+                    InboundMessage(
+                        message_id=f"b{i}", channel="C", author=f"u{i % 500}", text="hi", at=0.0
+                    )
+                )
+
+        async with anyio.create_task_group() as writers:
+            for offset in range(WRITERS):
+                writers.start_soon(write, offset)
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        for member in members:
+            assert member.view is not None
+            while member.view.stats.turns < turns:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        for member in members:
+            member.stop()
+    for log in logs:
+        await log.aclose()
+    return turns / elapsed
+
+
+async def raw_redis(url: str, turns: int) -> float:
+    import redis.asyncio as aioredis
+
+    key = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    clients = [aioredis.Redis.from_url(url, decode_responses=True) for _ in range(4)]
+    seen = [0, 0, 0]
+
+    async def reader(index: int) -> None:
+        cursor = "0-0"
+        client = clients[index]
+        while seen[index] < turns:
+            reply = await client.xread({key: cursor}, count=1000, block=1000)
+            for _k, entries in reply or ():
+                for entry_id, _fields in entries:
+                    cursor = entry_id
+                    seen[index] += 1
+
+    async def write(offset: int) -> None:
+        for i in range(offset, turns, WRITERS):
+            await clients[3].xadd(
+                key, {"k": "t", "c": f"C/u/u{i % 500}", "m": f"b{i}", "a": "u", "x": "hi"}
+            )
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for index in range(3):
+            tg.start_soon(reader, index)
+        for offset in range(WRITERS):
+            tg.start_soon(write, offset)
+    elapsed = time.perf_counter() - start
+    await clients[3].delete(key)
+    for client in clients:
+        await client.aclose()
+    return turns / elapsed
+
+
+def raw_sqlite(path: str, turns: int, batch: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(
+        "CREATE TABLE raw (seq INTEGER PRIMARY KEY AUTOINCREMENT, channel TEXT, kind TEXT, "
+        "inserted_at REAL, conversation TEXT, message_id TEXT, author TEXT, body TEXT)"
+    )
+    conn.execute(
+        "CREATE TABLE raw_seen (channel TEXT, message_id TEXT, "
+        "PRIMARY KEY (channel, message_id)) WITHOUT ROWID"
+    )
+    start = time.perf_counter()
+    i = 0
+    while i < turns:
+        conn.execute("BEGIN IMMEDIATE")
+        for _ in range(min(batch, turns - i)):
+            conn.execute("INSERT INTO raw_seen VALUES ('C', ?)", (f"b{i}",))
+            conn.execute(
+                "INSERT INTO raw (channel, kind, inserted_at, conversation, message_id, author, "
+                "body) VALUES ('C', 'turn', ?, ?, ?, 'u', 'hi')",
+                (time.time(), f"C/u/u{i % 500}", f"b{i}"),
+            )
+            i += 1
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return turns / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=5000)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args()
+
+    print("owner decision per turn (GroupView.owner; floor = bare xxh3 per member)")
+    for members in (2, 16, 128):
+        ours, floor = bench_owner(members)
+        print(
+            f"  {members:4d} members: {ours * 1e6:7.2f} us   floor {floor * 1e6:7.2f} us   "
+            f"ratio {ours / floor:4.2f}"
+        )
+    times = []
+    for _ in range(3):
+        elapsed, delivered = bench_takeover()
+        times.append(elapsed)
+    print(
+        f"takeover of 10,000 passed conversations: {min(times) * 1e3:.1f} ms "
+        f"(median {statistics.median(times) * 1e3:.1f} ms; {delivered} turns delivered by one "
+        f"of 3 remaining members)"
+    )
+
+    async def redis_figures() -> tuple[float, float]:
+        from bridge_core.ownership.redis_log import RedisConversationLog
+
+        prefix = f"bench-{uuid.uuid4().hex[:8]}"
+
+        async def opener() -> Any:
+            return await RedisConversationLog.connect(
+                args.redis, channel="bench", key_prefix=prefix
+            )
+
+        ours = await through_log(opener, args.turns)
+        floor = await raw_redis(args.redis, args.turns)
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(args.redis)
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+        return ours, floor
+
+    ours, floor = asyncio.run(redis_figures())
+    print(
+        f"Redis log, {args.turns} turns, {WRITERS} writers -> 3 members: {ours:8.0f} turns/s   "
+        f"raw XADD/XREAD floor {floor:8.0f} /s   ratio {ours / floor:4.2f}"
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        from bridge_core.ownership.sqlite_log import SqliteConversationLog
+
+        path = str(Path(tmp) / "bridge.db")
+        handles: list[SqliteConversationLog] = []
+
+        async def opener() -> Any:
+            # members are tasks of one process sharing the process's log handle
+            if not handles:
+                handles.append(
+                    await SqliteConversationLog.open(path, channel="C", poll_interval=0.01)
+                )
+            return _Shared(handles[0])
+
+        ours = asyncio.run(through_log(opener, args.turns))
+        commits = handles[0].commits
+        batch = max(1, round(args.turns / max(1, commits)))
+        floor = raw_sqlite(str(Path(tmp) / "raw.db"), args.turns, batch)
+        asyncio.run(handles[0].aclose())
+    print(
+        f"SQLite log (WAL, synchronous=FULL), {args.turns} turns -> 3 members: {ours:8.0f} "
+        f"turns/s   bare INSERT floor (batches of {batch}) {floor:8.0f} /s   "
+        f"ratio {ours / floor:4.2f}"
+    )
+
+
+class _Shared:
+    """One SQLite handle lent to several members; closing it is the benchmark's job."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+    async def aclose(self) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()
