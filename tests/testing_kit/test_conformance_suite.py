@@ -8,8 +8,13 @@ mutants each break one promise, and the suite's matching test must catch it.
 
 from __future__ import annotations
 
+import dataclasses
+import hmac
 import itertools
-from collections.abc import Callable
+import json
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import httpx
@@ -22,6 +27,11 @@ from bridge_core.provider import (
     Capabilities,
     ChatProvider,
     Forbidden,
+    HttpRequest,
+    HttpResponse,
+    HttpRoute,
+    InboundMessage,
+    InboundSink,
     MessageRef,
     NotFound,
     ProviderError,
@@ -32,8 +42,10 @@ from bridge_core.provider import (
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
+    Inbound,
     Operation,
     ProviderConformance,
+    http_inbound,
 )
 from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
 from bridge_core.text import neutralise_mass_mentions
@@ -41,6 +53,7 @@ from bridge_core.text import neutralise_mass_mentions
 pytestmark = pytest.mark.anyio
 
 TOKEN = "toy-secret-token-42"
+SELF_USER = "toy-bridge"
 MAX = 500
 RETRY_AFTER = 1.0
 
@@ -167,6 +180,29 @@ class ToyProvider(ChatProvider):
     def escape(self, text: str) -> str:
         return neutralise_mass_mentions(text)
 
+    def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
+        async def handle(request: HttpRequest) -> HttpResponse:
+            expected = self.settings.token.get_secret_value()
+            if not hmac.compare_digest(request.header("X-Toy-Token") or "", expected):
+                return HttpResponse(status=401)
+            event = json.loads(request.body)
+            if self.accepts(event):
+                message = InboundMessage(
+                    message_id=event["id"],
+                    channel=event["channel"],
+                    author=event["user"],
+                    text=event["text"],
+                    at=0.0,
+                    platform="toy",
+                )
+                await sink(message)
+            return HttpResponse(status=200)
+
+        return (HttpRoute("POST", "/toy/events", handle),)
+
+    def accepts(self, event: dict[str, Any]) -> bool:
+        return not event["is_bot"] and event["user"] != SELF_USER
+
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
@@ -197,6 +233,23 @@ def toy(start_fake: Callable[[FakeToyChat], FakeToyChat]) -> FakeToyChat:
     return start_fake(FakeToyChat())
 
 
+def toy_event(kind: Inbound, text: str) -> HttpRequest:
+    event = {
+        "id": f"m-{zlib.crc32(text.encode())}",
+        "channel": "general",
+        "user": SELF_USER if kind is Inbound.SELF else "alice",
+        "is_bot": kind is Inbound.BOT,
+        "text": text,
+    }
+    token = "forged" if kind is Inbound.FORGED else TOKEN
+    return HttpRequest(
+        method="POST",
+        path="/toy/events",
+        headers={"X-Toy-Token": token},
+        body=json.dumps(event).encode(),
+    )
+
+
 def make_harness(toy: FakeToyChat, provider_class: type[ToyProvider]) -> ConformanceHarness:
     routes = {"post": "create", "edit": "edit"}
     replies = {
@@ -225,6 +278,7 @@ def make_harness(toy: FakeToyChat, provider_class: type[ToyProvider]) -> Conform
         delivered=toy.texts,
         request_count=toy.count,
         plugin=ToyPlugin(),
+        inbound=http_inbound("POST", "/toy/events", toy_event),
     )
 
 
@@ -286,6 +340,22 @@ class ConnectsEagerly(ToyProvider):
 
 class ClaimsNoEditButEdits(ToyProvider):
     capabilities = Capabilities(edit=False, max_length=MAX)
+
+
+class ForwardsBots(ToyProvider):
+    def accepts(self, event: dict[str, Any]) -> bool:
+        return True
+
+
+class FreshIdsOnRedelivery(ToyProvider):
+    deliveries = itertools.count()
+
+    def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
+        async def renamed(message: InboundMessage) -> None:
+            fresh = f"{message.message_id}-{next(self.deliveries)}"
+            await sink(dataclasses.replace(message, message_id=fresh))
+
+        return super().http_routes(renamed)
 
 
 SUITE = ProviderConformance()
@@ -370,3 +440,20 @@ def test_harness_build_validates_settings(toy: FakeToyChat) -> None:
     harness.settings = {"token": TOKEN}
     with pytest.raises(ValueError, match="api_base_url"):
         harness.build()
+
+
+@pytest.mark.parametrize("kind", [Inbound.BOT, Inbound.SELF])
+async def test_catches_a_provider_that_forwards_bot_messages(
+    toy: FakeToyChat, kind: Inbound
+) -> None:
+    with pytest.raises(AssertionError, match="reached the core"):
+        await SUITE.test_inbound_bots_self_and_forgeries_never_reach_the_sink(
+            make_harness(toy, ForwardsBots), kind
+        )
+
+
+async def test_catches_unstable_inbound_ids(toy: FakeToyChat) -> None:
+    with pytest.raises(AssertionError, match="same message_id"):
+        await SUITE.test_inbound_user_message_reaches_the_sink_once_per_message(
+            make_harness(toy, FreshIdsOnRedelivery)
+        )
