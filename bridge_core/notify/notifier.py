@@ -29,7 +29,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 
@@ -50,7 +50,13 @@ from bridge_core.notify.render import (
     render_agent,
     render_summary,
 )
-from bridge_core.provider import Capabilities, MessageRef, NotFound, ProviderError
+from bridge_core.provider import (
+    Capabilities,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    TransportError,
+)
 
 __all__ = ["Notifier", "NotifierStats"]
 
@@ -138,7 +144,9 @@ class Notifier:
         self.channel = channel
         self.config = config if config is not None else NotifyConfig()
         self.capabilities = capabilities
-        self.stats = NotifierStats()
+        self._counts = NotifierStats()
+        self._events = 0
+        self._filtered = 0
         self._sender = sender
         self._thread = thread
         self._escape: Cleaner = escape if escape is not None else _identity
@@ -158,6 +166,11 @@ class Notifier:
     # ------------------------------------------------------------------ observation
 
     @property
+    def stats(self) -> NotifierStats:
+        """Counters for ``/metrics`` (a snapshot)."""
+        return replace(self._counts, events=self._events, filtered=self._filtered)
+
+    @property
     def live_agents(self) -> int:
         """Agents the notifier holds state for (its memory is bounded by this)."""
         return len(self._agents)
@@ -175,14 +188,29 @@ class Notifier:
 
     def handle(self, event: FleetEvent) -> None:
         """Take one fleet event (synchronous, no I/O; call it from the event loop's thread)."""
-        self.stats.events += 1
-        kind = event.kind
-        if kind not in self._kinds or (
-            self._workspaces is not None and event.workspace not in self._workspaces
+        # The hot path (a status change of a live agent whose work is already owed) is a few
+        # attribute stores: no await, no queue, no allocation. Keep it that way.
+        self._events += 1
+        workspaces = self._workspaces
+        if event.kind not in self._kinds or (
+            workspaces is not None and event.workspace not in workspaces
         ):
-            self.stats.filtered += 1
+            self._filtered += 1
             return
         agent = self._agents.get(event.agent)
+        if type(event) is StatusChanged and agent is not None:
+            if agent.finished is not None or agent.gone is not None:
+                return  # late news about an agent that has ended
+            agent.status = event.status
+            slot = agent.slot
+            slot.version += 1
+            if agent.phase == _LIVE and not slot.outstanding and self._edit:
+                slot.lost = False  # after a deleted message, this update posts one new one
+                self._submit_agent(agent)
+            return
+        self._handle_rare(event, agent)
+
+    def _handle_rare(self, event: FleetEvent, agent: _Agent | None) -> None:
         if isinstance(event, StatusChanged):
             if agent is None:
                 if event.agent in self._finished:
@@ -290,7 +318,7 @@ class Notifier:
                 self._holding.pop(agent.workspace, None)
 
     def _open_summary(self, workspace: str, members: list[_Agent]) -> None:
-        self.stats.summaries += 1
+        self._counts.summaries += 1
         latest = max(member.spawned_at for member in members)
         summary = _Summary(workspace, self._new_slot("summary", workspace), latest=latest)
         summary.slot.post_text = lambda: self._render_summary(summary, post=True)
@@ -473,7 +501,7 @@ class Notifier:
             slot.ref = result
             slot.delivered = slot.rendered
         elif isinstance(result, NotFound):
-            self.stats.dropped_refs += 1
+            self._counts.dropped_refs += 1
             slot.ref = None
             slot.lost = True
         elif isinstance(result, ProviderError):
@@ -507,7 +535,7 @@ class Notifier:
                         still.append((name, terminal_at, version))
                 summary.awaiting = still
         elif isinstance(result, NotFound):
-            self.stats.dropped_refs += 1
+            self._counts.dropped_refs += 1
             slot.ref = None
             slot.lost = True
         elif isinstance(result, ProviderError):
@@ -519,15 +547,16 @@ class Notifier:
             self._submit_summary(summary)
 
     def _terminal_delivered(self, name: str, terminal_at: float) -> None:
-        self.stats.terminal_delivered += 1
+        self._counts.terminal_delivered += 1
         if self._on_terminal_delivered is not None:
             self._on_terminal_delivered(name, anyio.current_time() - terminal_at)
 
     def _gave_up(self, error: ProviderError) -> None:
-        # Only Unreachable and a stopped sender come back as errors for keyed work: the channel
-        # is finished, so stop submitting rather than spin.
+        # Only Unreachable and a stopped sender (a TransportError) come back as errors for keyed
+        # work: the channel is finished, so stop submitting rather than spin.
         if not self._closed:
-            logger.warning("notifier for %r stops: %s", self.channel, error)
+            level = logging.DEBUG if isinstance(error, TransportError) else logging.WARNING
+            logger.log(level, "notifier for %r stops: %s", self.channel, error)
         self._closed = True
 
 

@@ -1,0 +1,195 @@
+"""Benchmark: fleet events per second through ``Notifier.handle`` (the gateway's entry point).
+
+One channel, 1,000 live agents with their own live messages, the default kinds filter plus a
+workspace filter, and a running ``ChannelSender`` (a provider that keeps nothing, Slack's rate)
+draining the submissions, on asyncio (the production backend). The stream mixes status changes
+(the bulk), kinds that do not notify (Output, ToolStarted), events of a filtered-out workspace,
+and agents finishing and respawning. The floor is a bare loop that only stores each event in a dict.
+
+Peak memory (tracemalloc) is measured for 10^4, 10^5 and 10^6 events over the same 1,000 agents;
+it must stay flat, since pending work is bounded by live agents, not by events.
+
+    python bench/bench_notify.py            # full run
+    python bench/bench_notify.py --quick    # smaller counts, for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+import tracemalloc
+from collections.abc import Sequence
+from dataclasses import replace
+
+import anyio
+import anyio.lowlevel
+
+from bridge_core.events import (
+    AgentFinished,
+    AgentSpawned,
+    FleetEvent,
+    Outcome,
+    Output,
+    StatusChanged,
+    ToolStarted,
+)
+from bridge_core.notify import Notifier, NotifyConfig
+from bridge_core.provider import SLACK_BUDGET, Capabilities, ChatProvider, MessageRef
+from bridge_core.sending import ChannelSender
+
+AGENTS = 1_000
+WORKSPACES = [f"w{n}" for n in range(10)]
+WATCHED = frozenset(WORKSPACES[:9])  # w9 is filtered out by the channel
+# Slack's steady rate (1/s, edits 2 s apart), with a burst that lets the 1,000 first posts out
+# during setup: the measured phase then runs at the platform's pace with every message live.
+BUDGET = replace(SLACK_BUDGET, burst=AGENTS)
+YIELD_EVERY = 1_000  # let the sender and timers run, as a gateway's awaits between events would
+
+
+class NullProvider(ChatProvider):
+    """Accepts every post and edit and keeps nothing, so memory figures are the core's own
+    (the console provider keeps every message it showed, which grows with sends, not events)."""
+
+    name = "null"
+    capabilities = Capabilities(edit=True, max_length=4000, probe=True)
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        self.sends += 1
+        return MessageRef(channel, f"m{self.sends}", thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        self.sends += 1
+        return ref
+
+
+def event_pool(size: int, *, churn: bool, seed: int = 1) -> list[FleetEvent]:
+    """A reusable stream: cycling through it keeps the benchmark's own memory constant.
+
+    With ``churn``, 0.1 % of events finish an agent and 0.1 % respawn one: each ended life owes
+    a final edit until the budget lets it out, so memory then follows undelivered terminal
+    states, not events; the memory runs use a steady fleet of exactly 1,000 agents.
+    """
+    rng = random.Random(seed)
+    pool: list[FleetEvent] = []
+    for n in range(size):
+        index = rng.randrange(AGENTS)
+        name, ws = f"agent-{index}", WORKSPACES[index % 9]
+        roll = rng.random()
+        if roll < 0.55:
+            pool.append(StatusChanged(name, ws, status=f"step {n}"))
+        elif roll < 0.75:
+            pool.append(Output(name, ws, text="chunk of output"))
+        elif roll < 0.85:
+            pool.append(ToolStarted(name, ws, tool="grep"))
+        elif roll < 0.998 or not churn:
+            pool.append(StatusChanged(f"other-{index}", WORKSPACES[9], status="filtered"))
+        elif roll < 0.999:
+            pool.append(AgentFinished(name, ws, outcome=Outcome.DONE, cost=0.1, turns=3))
+        else:
+            pool.append(AgentSpawned(name, ws))  # a respawn after finishing
+    return pool
+
+
+def floor_rate(pool: Sequence[FleetEvent], count: int) -> float:
+    state: dict[str, FleetEvent] = {}
+    size = len(pool)
+    start = time.perf_counter()
+    for n in range(count):
+        event = pool[n % size]
+        state[event.agent] = event
+    return count / (time.perf_counter() - start)
+
+
+async def run_notifier(
+    pool: Sequence[FleetEvent], counts: Sequence[int], measure_memory: bool
+) -> list[tuple[int, float, int, int]]:
+    """For each count: (count, events per second, peak bytes above the settled state, the
+    settled state's bytes: provider, sender and notifier with 1,000 live agents)."""
+    gc.collect()  # the previous run's channel must not be freed inside this one's figures
+    before = tracemalloc.get_traced_memory()[0] if measure_memory else 0
+    provider = NullProvider()
+    sender = ChannelSender(provider, channel="bench", budget=BUDGET)
+    config = NotifyConfig(hold=0.0, threshold=AGENTS + 1, workspaces=WATCHED)
+    notifier = Notifier("bench", sender, capabilities=provider.capabilities, config=config)
+    results = []
+    settled: list[int] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(sender.run)
+        group.start_soon(notifier.run)
+        for index in range(AGENTS):
+            notifier.handle(AgentSpawned(f"agent-{index}", WORKSPACES[index % 9]))
+        with anyio.fail_after(30):  # every agent's live message is posted before measuring
+            while provider.sends < AGENTS:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert notifier.live_agents == AGENTS
+        size = len(pool)
+        handle = notifier.handle
+        for count in counts:
+            gc.collect()
+            if measure_memory:
+                tracemalloc.reset_peak()
+                baseline = tracemalloc.get_traced_memory()[0]
+                settled.append(baseline - before)
+            start = time.perf_counter()
+            done = 0
+            while done < count:
+                chunk = min(YIELD_EVERY, count - done)
+                for n in range(done, done + chunk):
+                    handle(pool[n % size])
+                done += chunk
+                await anyio.lowlevel.checkpoint()
+            elapsed = time.perf_counter() - start
+            peak = tracemalloc.get_traced_memory()[1] - baseline if measure_memory else 0
+            results.append((count, count / elapsed, peak, settled[-1] if settled else 0))
+        # Bounded by agents (a finished agent's final edit may wait beside its respawn's post).
+        assert sender.queued <= 2 * AGENTS, sender.queued
+        assert provider.sends > 0  # the sender really ran beside the notifier
+        group.cancel_scope.cancel()
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts")
+    args = parser.parse_args(argv)
+    speed_count = 200_000 if args.quick else 1_000_000
+    memory_counts = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    pool = event_pool(50_000, churn=True)
+
+    floor = floor_rate(pool, speed_count)
+    [(count, rate, _, _)] = anyio.run(run_notifier, pool, [speed_count], False, backend="asyncio")
+    print(f"throughput over {count:,} events, {AGENTS:,} live agents (with churn), filters and")
+    print("sender on, asyncio:")
+    print(f"  notifier.handle : {rate:>12,.0f} events/s  (target >= 300,000)")
+    print(f"  floor (dict)    : {floor:>12,.0f} events/s")
+    print(f"  ratio           : {rate / floor:>12.3f} of the floor ({floor / rate:.1f}x slower)")
+
+    steady = event_pool(50_000, churn=False)
+    tracemalloc.start()
+    memory = [
+        anyio.run(run_notifier, steady, [count], True, backend="asyncio")[0]
+        for count in memory_counts
+    ]
+    tracemalloc.stop()
+    print("memory, each count on a fresh channel with 1,000 live agents (tracemalloc):")
+    for count, _, peak, settled in memory:
+        print(
+            f"  {count:>9,} events : state {settled / 1024:>7.1f} KiB, "
+            f"peak above it {peak / 1024:>6.1f} KiB"
+        )
+    peaks = [peak for _, _, peak, _ in memory]
+    state = min(settled for _, _, _, settled in memory)
+    # Flat: a hundredfold more events may not cost more than a tenth of the agents' state
+    # (dict tables for 1,000 keys resize now and then: that is the noise allowed here).
+    flat = max(peaks) - min(peaks) <= state / 10
+    spread = (max(peaks) - min(peaks)) / 1024
+    print(f"  flat            : {'yes' if flat else 'NO'} (peaks spread over {spread:.1f} KiB)")
+
+
+if __name__ == "__main__":
+    main()
