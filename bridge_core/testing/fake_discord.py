@@ -460,6 +460,12 @@ class FakeDiscord(FakePlatform):
         for socket in list(self._sockets):
             asyncio.run_coroutine_threadsafe(socket.close(code=code), loop).result(timeout=5.0)
 
+    @property
+    def identified_connections(self) -> int:
+        """Gateway connections that identified and got READY so far."""
+        with self.lock:
+            return self._ready_sent
+
     def wait_identified(self, timeout: float = 5.0, *, count: int = 1) -> None:
         """Block until ``count`` gateway connections have identified (ever, not at once)."""
         with self._gateway_ready:

@@ -208,8 +208,9 @@ class FakeTeams(FakePlatform):
         activity_id = activity_id or str(next(self._ids))
         if conversation is not None:
             with self.lock:
+                if activity_id not in conversation.activities:
+                    conversation.order.append(activity_id)
                 conversation.activities[activity_id] = {"text": text, "from_bot": bot_author}
-                conversation.order.append(activity_id)
         return {
             "type": activity_type,
             "id": activity_id,

@@ -298,5 +298,6 @@ class DiscordProvider(ChatProvider):
             failure = ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}")
         finally:
             client.message_handler = None
-            await self.aclose()
+            with anyio.CancelScope(shield=True):  # close the session even when cancelled
+                await self.aclose()
         raise failure

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import anyio
+import anyio.to_thread
 import pytest
 from bridge_discord import plugin, provider_type
 
+from bridge_core import ChatProvider, HttpResponse, InboundMessage, InboundSink, Unreachable
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
+    Inbound,
+    InboundDriver,
     Operation,
     ProviderConformance,
 )
@@ -16,6 +21,52 @@ from bridge_core.testing.fake_discord import FakeDiscord
 from bridge_core.testing.fake_platform import Reply
 
 RETRY_AFTER = 60.0  # past discord.py's 30 s floor, so it raises instead of sleeping
+USER = 700_000_000_000_000_042
+MARKER = "conformance marker: every frame before this one was handled"
+
+
+def gateway_inbound(fake: FakeDiscord, channel: int) -> InboundDriver:
+    """Delivers through the provider's real ``receive``: a gateway connection per delivery, the
+    message, then a marker message whose arrival proves the one before it was handled."""
+    message_ids: dict[str, int] = {}
+
+    async def drive(
+        provider: ChatProvider, sink: InboundSink, kind: Inbound, text: str
+    ) -> HttpResponse | None:
+        if kind is Inbound.FORGED:
+            # The gateway authenticates the connection, not each message: a refused token
+            # means no message is ever delivered.
+            real, fake.token = fake.token, "forged-token"
+            try:
+                with anyio.fail_after(10), pytest.raises(Unreachable):
+                    await provider.receive(sink)
+            finally:
+                fake.token = real
+            return None
+        marker_seen = anyio.Event()
+
+        async def forward(message: InboundMessage) -> None:
+            if message.text == MARKER:
+                marker_seen.set()
+            else:
+                await sink(message)
+
+        connections = fake.identified_connections
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, forward)
+            await anyio.to_thread.run_sync(lambda: fake.wait_identified(count=connections + 1))
+            author = {Inbound.USER: USER, Inbound.BOT: USER + 1, Inbound.SELF: fake.bot_id}[kind]
+            message_id = message_ids.setdefault(text, fake.snowflake())
+            fake.emit_message(
+                channel, text, author_id=author, bot=kind is Inbound.BOT, message_id=message_id
+            )
+            fake.emit_message(channel, MARKER, author_id=USER)
+            with anyio.fail_after(5):
+                await marker_seen.wait()
+            tasks.cancel_scope.cancel()
+        return None
+
+    return drive
 
 
 class TestDiscordConformance(ProviderConformance):
@@ -48,6 +99,7 @@ class TestDiscordConformance(ProviderConformance):
                 "api_base_url": fake.api_base,
                 "gateway_url": fake.gateway_url,
                 "call_deadline": 1.0,
+                "inbound": True,
             },
             channel=str(channel),
             context=ProviderContext(profile="conformance"),
@@ -58,4 +110,5 @@ class TestDiscordConformance(ProviderConformance):
             thread_for=lambda ref: str(thread),
             extra_pings=("@EVERYONE", "@Here"),
             plugin=plugin,
+            inbound=gateway_inbound(fake, channel),
         )

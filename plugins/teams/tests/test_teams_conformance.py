@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 from bridge_teams import plugin, provider_type
+from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bridge_core import HttpRequest
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
+    Inbound,
     Operation,
     ProviderConformance,
+    http_inbound,
 )
 from bridge_core.testing.fake_platform import Reply
 from bridge_core.testing.fake_teams import FakeTeams
@@ -20,7 +27,9 @@ RETRY_AFTER = 30.0
 
 class TestTeamsConformance(ProviderConformance):
     @pytest.fixture
-    def harness(self, fake: FakeTeams, channel: str) -> ConformanceHarness:
+    def harness(
+        self, fake: FakeTeams, channel: str, foreign_key: rsa.RSAPrivateKey
+    ) -> ConformanceHarness:
         route_for = {"post": "send_activity", "edit": "update_activity"}
 
         def script_fault(fault: Fault, operation: Operation) -> float | None:
@@ -35,6 +44,27 @@ class TestTeamsConformance(ProviderConformance):
             }
             fake.script(route_for[operation], replies[fault])
             return RETRY_AFTER if fault is Fault.RATE_LIMITED else None
+
+        def make_request(kind: Inbound, text: str) -> HttpRequest:
+            # The same text is the same platform message (a redelivery keeps the activity id).
+            activity_id = "act-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+            activity = fake.message_activity(
+                channel,
+                text,
+                activity_id=activity_id,
+                bot_author=kind is Inbound.SELF,
+                author_id="28:another-bot" if kind is Inbound.BOT else "29:user-1",
+            )
+            key = foreign_key if kind is Inbound.FORGED else None
+            return HttpRequest(
+                method="POST",
+                path="/api/teams/messages",
+                headers={
+                    "Authorization": f"Bearer {fake.channel_token(key=key)}",
+                    "Content-Type": "application/json",
+                },
+                body=json.dumps(activity).encode("utf-8"),
+            )
 
         return ConformanceHarness(
             provider_type=provider_type(),
@@ -54,4 +84,5 @@ class TestTeamsConformance(ProviderConformance):
             request_count=fake.count,
             extra_pings=("<at>Everyone</at>", "<AT>General</AT>"),
             plugin=plugin,
+            inbound=http_inbound("POST", "/api/teams/messages", make_request),
         )
