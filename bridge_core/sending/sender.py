@@ -308,7 +308,10 @@ class ChannelSender:
         if work.waiter is not None:
             work.waiter.set()
         if work.on_outcome is not None:
-            work.on_outcome(result)
+            try:
+                work.on_outcome(result)
+            except Exception:  # a submitter's bug must not stop the channel's other work
+                logger.exception("on_outcome callback for %r on %r raised", work.key, self.channel)
 
     def _requeue(self, work: _Work) -> None:
         """Put keyed work back at the head of its class, unless newer work of its key waits."""
@@ -417,7 +420,7 @@ class ChannelSender:
         """Run the provider's probe; True when it settled the re-check (either way)."""
         try:
             answer = await self.provider.probe(self.channel)
-        except ProviderError as error:
+        except Exception as error:  # any failure of the probe: still unhealthy, check later
             answer = False
             self._health_reason = f"forbidden; the re-check failed: {error!r}"
         if answer is None:

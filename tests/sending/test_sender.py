@@ -287,3 +287,34 @@ async def test_rejects_bad_arguments(tmp_path: Path, console) -> None:
     sender = ChannelSender(provider, channel=C, budget=SLACK_BUDGET)
     with pytest.raises(ValueError, match="priority"):
         sender.submit("k", text="x", priority=7)
+
+
+async def test_a_failing_callback_does_not_stop_the_channel(
+    tmp_path: Path, console, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = console()
+
+    def broken(result: object) -> None:
+        raise RuntimeError("submitter bug")
+
+    async with ChannelSender(provider, channel=C, budget=SLACK_BUDGET) as sender:
+        sender.submit("k", text="one", on_outcome=broken)
+        ref = await sender.send(Post("two"))
+        assert provider.text_of(ref.message_id) == "two"
+    assert sorted(e.text for e in entries(tmp_path)) == ["one", "two"]
+    assert "submitter bug" in caplog.text
+
+
+async def test_a_failing_probe_keeps_the_channel_unhealthy(tmp_path: Path, console) -> None:
+    provider = console()
+
+    async def probe(channel: str) -> bool | None:
+        raise TimeoutError("probe timed out")
+
+    provider.probe = probe  # type: ignore[method-assign]
+    async with ChannelSender(provider, channel=C, budget=SLACK_BUDGET) as sender:
+        provider.script_fault(C, Forbidden("removed"))
+        sender.submit("k", text="held")
+        await anyio.sleep(301)
+        assert not sender.healthy and "probe timed out" in (sender.health_reason or "")
+    assert [e.op for e in entries(tmp_path)] == ["error"]
