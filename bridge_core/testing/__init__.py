@@ -1,10 +1,14 @@
 """bridge_core.testing: the kit for testing bridge-core and its provider plugins.
 
-- ``fake_platform``: ``FakePlatform``, a scriptable fake chat platform over real local HTTP;
-- ``fake_slack``: ``FakeSlack``, the Slack Web API on top of it, and Events API signing;
+- ``fake_platform``: ``FakePlatform``, a scriptable fake chat platform over real local HTTP
+  (routes, a record of every request, scripted faults: statuses, drops, slow answers);
+- ``fake_slack``, ``fake_discord``, ``fake_teams``: the platforms' APIs on top of it;
+  ``slack_events``: signed Slack Events API requests;
 - ``conformance``: ``ProviderConformance``, the suite every provider's tests subclass;
-- ``pytest_plugin``: fixtures (``start_fake``, ``fake_platform``, ``fake_slack``), opted into
-  with ``pytest_plugins = ["bridge_core.testing.pytest_plugin"]``;
+- ``pytest_plugin``: fixtures (``start_fake``, ``fake_platform``, ``fake_slack``), loaded
+  automatically through the ``pytest11`` entry point wherever bridge-core is installed;
+- ``budget``: an independent checker of a transcript against a send budget and edit spacing;
+- ``clock``: virtual time (trio's ``MockClock``) for I/O-free decision logic;
 - ``services``: real Redis and PostgreSQL for tests (skip locally, fail under CI).
 
 Submodules are imported explicitly; importing this package imports nothing else.

@@ -82,6 +82,6 @@ async def test_the_gateway_posts_to_slack_and_answers_signed_events(
         metrics = (await http.get(f"{gateway.url}/metrics")).text
     admitted = [line for line in metrics.splitlines() if "turns_admitted_total{" in line]
     assert admitted == ['chatbridge_turns_admitted_total{channel="ops"} 1.0'], admitted
-    own_posts = [r for r in fake_slack.requests_to("chat.postMessage")]
-    assert all(r.header("Authorization") == f"Bearer {fake_slack.token}" for r in own_posts)
+    posts = fake_slack.requests_to("chat.postMessage")
+    assert all(r.header("Authorization") == f"Bearer {fake_slack.token}" for r in posts)
     assert json.dumps(config.model_dump(mode="json")).count(fake_slack.token) == 0
