@@ -2,12 +2,12 @@
 
 An agent is an async callable ``agent(turn, history) -> str``: it receives the ``Turn`` this
 gateway owns and the conversation's recent log records (oldest first, the turn itself last) and
-returns the reply text. When it is at capacity it raises ``AgentBusy``; the end user then gets a
+returns the reply text. When it is at capacity it raises ``bridge_core.ownership.AgentBusy``
+(re-exported here; its ``notice``, if given, replaces ``BUSY_NOTICE``); the end user then gets a
 short busy notice instead of silence.
 
 Exception hierarchy::
 
-    AgentBusy         the agent is at capacity (its message, if any, is shown to the user)
     AgentLoadError    the ``module:function`` reference cannot be used
 """
 
@@ -18,13 +18,13 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 
 from bridge_core.conversation import LogRecord, Turn
+from bridge_core.ownership import AgentBusy
 
 __all__ = [
     "BUSY_NOTICE",
     "Agent",
     "AgentBusy",
     "AgentLoadError",
-    "busy_notice",
     "echo_agent",
     "load_agent",
 ]
@@ -34,16 +34,8 @@ Agent = Callable[[Turn, Sequence[LogRecord]], Awaitable[str]]
 BUSY_NOTICE = "⏳ The agent is busy right now; please try again in a moment."
 
 
-class AgentBusy(Exception):
-    """Raised by an agent at capacity; ``str(exc)``, when given, replaces the default notice."""
-
-
 class AgentLoadError(Exception):
     """An agent reference in config that cannot be imported or is not an async callable."""
-
-
-def busy_notice(exc: AgentBusy) -> str:
-    return str(exc).strip() or BUSY_NOTICE
 
 
 async def echo_agent(turn: Turn, history: Sequence[LogRecord]) -> str:

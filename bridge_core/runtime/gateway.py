@@ -39,7 +39,7 @@ from bridge_core.config import BridgeConfig, ProfileConfig
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderContext
-from bridge_core.inbound import ReconnectWatcher
+from bridge_core.inbound import DEFAULT_INITIAL_BACKOFF, ReconnectWatcher
 from bridge_core.ledger import DeliveryLedger, DisabledLedger, Reply, Schedule, open_store
 from bridge_core.ledger.kv import MemoryKeyValueStore, key_value_store
 from bridge_core.ledger.model import Delivery, State
@@ -121,6 +121,7 @@ class GatewayOptions:
     public_url: str | None = None  # how platforms reach this gateway (handed to providers)
     ledger_lease: float | None = None  # PostgreSQL owner lease (tests, unusual deployments)
     ledger_table_prefix: str = "bridge_"
+    reconnect_backoff: float = DEFAULT_INITIAL_BACKOFF  # first wait before rebuilding inbound
 
 
 def _notifier_for(channel: ChannelRuntime) -> Notifier:
@@ -435,7 +436,13 @@ class Gateway:
             if self._ledger is not None:
                 await self._ledger.redeliver_failed(platform_name)
 
-        watcher = ReconnectWatcher(factory, sink, platform=platform, on_reconnected=reconnected)
+        watcher = ReconnectWatcher(
+            factory,
+            sink,
+            platform=platform,
+            on_reconnected=reconnected,
+            initial_backoff=self.options.reconnect_backoff,
+        )
         await watcher.run()
         if watcher.gave_up is not None:
             self._connected.discard(profile)

@@ -1,0 +1,226 @@
+"""The Gateway embedded in a program (real time, SQLite in a temporary folder, console provider
+writing a transcript): events, messages, turns, busy agents, health, metrics, graceful stop."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from bridge_core.config import BridgeConfig, parse_config
+from bridge_core.conversation import LogRecord, Turn
+from bridge_core.events import parse_event
+from bridge_core.hookspecs import ProviderType
+from bridge_core.ledger import is_marked
+from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
+from bridge_core.provider import (
+    UNLIMITED_BUDGET,
+    Capabilities,
+    ChatProvider,
+    ConnectionLost,
+    InboundMessage,
+    MessageRef,
+    TransportError,
+)
+from bridge_core.runtime import (
+    AgentBusy,
+    Gateway,
+    GatewayError,
+    GatewayOptions,
+    MessageRequest,
+    ShuttingDown,
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # loading every installed platform SDK costs seconds; these tests need only the console
+    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
+
+
+def make_config(tmp_path: Path, **api: Any) -> BridgeConfig:
+    data = {
+        "profiles": {
+            "con": {
+                "provider": "console",
+                "settings": {"transcript": str(tmp_path / "t.jsonl"), "output": "none"},
+            }
+        },
+        "channels": {
+            "ops": {"profile": "con", "channel_id": "ops", "notify": {"hold": 0.05}},
+            "quiet": {
+                "profile": "con",
+                "channel_id": "quiet",
+                "kinds": ["AgentFinished"],
+                "notify": {"hold": 0.05},
+            },
+        },
+        "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
+        "api": api,
+    }
+    return parse_config(data, providers=create_plugin_manager().providers)
+
+
+def posts(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "t.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def until(condition: Any, limit: float = 10.0) -> None:
+    with anyio.fail_after(limit):
+        while not condition():  # noqa: ASYNC110 - waiting on a file another task writes
+            await anyio.sleep(0.01)
+
+
+def message(i: int, text: str) -> InboundMessage:
+    return InboundMessage(
+        message_id=f"m{i}", channel="ops", author="ann", text=text, at=time.time()
+    )
+
+
+@pytest.mark.anyio
+async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
+    calls: list[tuple[str, list[str]]] = []
+
+    async def agent(turn: Turn, history: Sequence[LogRecord]) -> str:
+        calls.append((turn.text, [r.text for r in history if isinstance(r, Turn)]))
+        if turn.text == "too much":
+            raise AgentBusy("at capacity", notice="busy, try later")
+        return f"you said {turn.text}"
+
+    gateway = Gateway(
+        make_config(tmp_path),
+        options=GatewayOptions(port=0, settle=0.0, heartbeat=0.2),
+        agents={"ops": agent},
+    )
+    async with gateway:
+        assert gateway.url is not None and gateway.url.startswith("http://127.0.0.1:")
+        await gateway.accept_events(
+            [
+                parse_event({"kind": "AgentSpawned", "agent": "a1"}),
+                parse_event({"kind": "AgentFinished", "agent": "a1", "outcome": "failed"}),
+                parse_event({"kind": "Mystery", "agent": "a1"}),
+            ]
+        )
+        receipt = await gateway.accept_message(MessageRequest(channel="ops", text="deploy done"))
+        again = await gateway.accept_message(
+            MessageRequest(channel="ops", text="keyed", idempotency_key="k1")
+        )
+        repeat = await gateway.accept_message(
+            MessageRequest(channel="ops", text="keyed", idempotency_key="k1")
+        )
+        assert not receipt.duplicate and not again.duplicate
+        assert repeat.duplicate and repeat.obligation == again.obligation
+        assert await gateway.inbound("con", message(1, "hello"))
+        assert not await gateway.inbound("con", message(1, "hello"))  # a replay
+        assert await gateway.inbound("con", message(2, "too much"))
+
+        def texts() -> list[tuple[str, str]]:
+            return [(p["channel"], p["text"]) for p in posts(tmp_path) if p["op"] == "post"]
+
+        await until(lambda: len(texts()) >= 6)
+        health = await gateway.health()
+        assert health.unhealthy == []
+        metrics = (await gateway.metrics_text()).decode()
+    sent = texts()
+    assert ("ops", "deploy done") in sent and ("ops", "keyed") in sent
+    assert sent.count(("ops", "keyed")) == 1
+    assert ("ops", "you said hello") in sent
+    assert ("ops", "busy, try later") in sent
+    # the filters: "quiet" takes only AgentFinished, "ops" everything that notifies
+    assert [c for c, t in sent if "a1" in t] == ["ops", "quiet"]
+    assert calls == [("hello", ["hello"]), ("too much", ["hello", "too much"])]
+    assert 'chatbridge_ledger_rows{state="delivered"} 4.0' in metrics
+    assert 'chatbridge_busy_notices_total{channel="ops"} 1.0' in metrics
+    assert 'chatbridge_events_in_total{kind="Unknown"} 1.0' in metrics
+    assert 'chatbridge_turns_answered_total{channel="ops"} 2.0' in metrics
+    with pytest.raises(ShuttingDown):
+        await gateway.accept_events([])
+
+
+class FlakySettings(BaseModel):
+    pass
+
+
+class FlakyProvider(ChatProvider):
+    """Instance 1 fails its sends and then loses its connection; later instances work."""
+
+    name = "flaky"
+    capabilities = Capabilities(edit=False, max_length=1000, inbound=True)
+    built: ClassVar[list[FlakyProvider]] = []
+    drop_now: ClassVar[anyio.Event]
+
+    def __init__(self) -> None:
+        self.index = len(FlakyProvider.built)
+        self.posted: list[str] = []
+        FlakyProvider.built.append(self)
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        if self.index == 0:
+            raise TransportError("network down")
+        self.posted.append(text)
+        return MessageRef(channel, f"{self.index}-{len(self.posted)}")
+
+    async def receive(self, sink: Any) -> None:
+        if self.index == 0:
+            await FlakyProvider.drop_now.wait()
+            raise ConnectionLost("socket closed")
+        await anyio.sleep_forever()
+
+
+FLAKY = ProviderType(
+    name="flaky",
+    capabilities=FlakyProvider.capabilities,
+    budget=UNLIMITED_BUDGET,
+    settings_model=FlakySettings,
+    factory=lambda settings, context: FlakyProvider(),
+)
+
+
+@pytest.mark.anyio
+async def test_a_rebuilt_connection_takes_over_sending_and_resends_failed_rows(
+    tmp_path: Path,
+) -> None:
+    FlakyProvider.built = []
+    FlakyProvider.drop_now = anyio.Event()
+    registry = ProviderRegistry([RegisteredProvider(FLAKY, "test", "0")])
+    config = parse_config(
+        {
+            "profiles": {"f": {"provider": "flaky"}},
+            "channels": {"ops": {"profile": "f", "channel_id": "C1"}},
+            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
+        },
+        providers=registry,
+    )
+    gateway = Gateway(config, options=GatewayOptions(http=False, reconnect_backoff=0.05))
+    async with gateway:
+        await gateway.accept_message(MessageRequest(channel="ops", text="after the outage"))
+        await until(lambda: gateway.channels["ops"].sender.stats.transport_errors >= 1)
+        counts = await gateway.ledger_counts()
+        assert counts["failed"] == 1
+        FlakyProvider.drop_now.set()
+        await until(lambda: len(FlakyProvider.built) == 2 and FlakyProvider.built[1].posted)
+        assert gateway.channels["ops"].sender.provider is FlakyProvider.built[1]
+        assert (await gateway.ledger_counts())["delivered"] == 1
+    [text] = FlakyProvider.built[1].posted
+    assert is_marked(text) and text.endswith("after the outage")
+
+
+def test_refuses_a_public_address_without_a_token(tmp_path: Path) -> None:
+    with pytest.raises(GatewayError, match="without an API token"):
+        Gateway(make_config(tmp_path, host="0.0.0.0"))
+    Gateway(make_config(tmp_path, host="0.0.0.0", token="a-long-enough-token"))
+    Gateway(make_config(tmp_path, host="::1"))
