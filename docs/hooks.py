@@ -14,6 +14,7 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: hookspecs -->
     <!-- generated: metrics -->
     <!-- generated: kit-modules -->
+    <!-- generated: event-kinds -->
     <!-- generated: notify-examples -->
     <!-- generated: ledger-markers -->
     <!-- generated: ledger-schedule -->
@@ -549,6 +550,55 @@ def notify_examples() -> str:
     return "\n".join(lines) + "\n"
 
 
+def event_kinds() -> str:
+    """Every fleet event kind: its fields, whether it notifies, and its JSON form."""
+    import dataclasses
+
+    from bridge_core import events
+
+    common = {f.name for f in dataclasses.fields(events.FleetEvent)}
+    samples: dict[str, dict[str, Any]] = {
+        "AgentSpawned": {"title": "fix the flaky test"},
+        "StatusChanged": {"status": "running the suite (3/5)"},
+        "AgentFinished": {"outcome": events.Outcome.DONE, "cost": 0.42, "turns": 7},
+        "AgentGone": {"reason": "host shut down"},
+        "Output": {"text": "collected 120 items"},
+        "ToolStarted": {"tool": "pytest"},
+        "ToolFinished": {"tool": "pytest", "ok": True},
+        "StorePersistFailed": {"error": "disk full"},
+        "RepoHealth": {"status": "ok"},
+    }
+    rows = [
+        "| kind | its own fields | notifies by default | JSON |",
+        "|---|---|---|---|",
+    ]
+    # A slots dataclass is a second class object; the first stays among the subclasses.
+    kinds = [
+        cls
+        for cls in events.FleetEvent.__subclasses__()
+        if getattr(events, cls.__name__, None) is cls and cls is not events.UnknownEvent
+    ]
+    for cls in kinds:
+        own = [f for f in dataclasses.fields(cls) if f.name not in common]
+        fields = ", ".join(f"`{f.name}`" for f in own) or "-"
+        event = cls("a1", "w1", **samples.get(cls.kind, {}))
+        sample = json.dumps(events.event_to_json(event), ensure_ascii=False)
+        notifies = "yes" if cls.kind in events.NOTIFYING_KINDS else "no"
+        rows.append(f"| `{cls.kind}` | {fields} | {notifies} | `{_cell(sample)}` |")
+    outcomes = ", ".join(f"`{o.value}`" for o in events.Outcome)
+    rows.append("")
+    rows.append(
+        'Every event has `kind`, `agent` (required), `workspace` (default `"default"`) and an '
+        f"optional `at` (the fleet's epoch seconds, informational). `outcome` is one of {outcomes}."
+    )
+    try:
+        events.parse_event({"kind": "AgentFinished", "agent": "a1", "outcome": "exploded"})
+    except events.EventError as error:
+        rows.append("")
+        rows.append(f"A bad event is refused with the field and what was wrong: `{error}`.")
+    return "\n".join(rows) + "\n"
+
+
 def kit_modules() -> str:
     """Every module of ``bridge_core.testing`` with the first paragraph of its docstring."""
     import pkgutil
@@ -634,6 +684,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "config-reference": config_reference,
     "error-table": error_table,
     "hookspecs": hookspec_summary,
+    "event-kinds": event_kinds,
     "kit-modules": kit_modules,
     "ledger-markers": ledger_markers,
     "ledger-schedule": ledger_schedule,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html as html_module
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -268,3 +269,17 @@ def test_the_kit_page_lists_every_testing_module(site: Path) -> None:
     assert "conformance" in names and "fake_platform" in names
     for name in names:
         assert f"<code>bridge_core.testing.{name}</code>" in html
+
+
+def test_the_events_page_lists_every_kind_with_valid_json(site: Path) -> None:
+    from bridge_core import events
+
+    html = page(site, "events")
+    kinds = [kind for kind in events.NOTIFYING_KINDS] + ["Output", "ToolStarted", "RepoHealth"]
+    for kind in kinds:
+        assert f"<code>{kind}</code>" in html
+    samples = re.findall(r"<code>(\{(?:&quot;|\")kind.*?\})</code>", html)
+    assert len(samples) >= 10
+    for sample in samples:
+        parsed = events.parse_event(json.loads(html_module.unescape(sample)))
+        assert not isinstance(parsed, events.UnknownEvent)
