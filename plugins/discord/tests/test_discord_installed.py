@@ -1,31 +1,29 @@
 """The installed distribution as the core sees it: `chatbridge providers` and `chatbridge check`
-run as real subprocesses, so this fails if the entry point was not packaged."""
+find the plugin through its packaged entry point (not an import of the test), so this fails if
+the entry point was not packaged."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-CHATBRIDGE = Path(sys.executable).with_name("chatbridge")
+from click.testing import CliRunner, Result
+
+from bridge_core.cli import build_cli
 
 
-def run(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CHATBRIDGE_")}
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    # Only this distribution's plugins: its entry point must be found by the core's own loader
+    # in the installed metadata (importlib.metadata), exactly as the chatbridge command does.
+    environ = {"CHATBRIDGE_LOAD_PLUGINS": "bridge-discord", "CHATBRIDGE_STRICT_PLUGINS": "1"}
     environ.update(env or {})
-    return subprocess.run(
-        [str(CHATBRIDGE), *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=60
-    )
+    return CliRunner(env=environ).invoke(build_cli(), list(args), catch_exceptions=False)
 
 
-def test_chatbridge_providers_lists_discord(tmp_path: Path) -> None:
-    done = run("providers", "--json", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    listing = {p["name"]: p for p in json.loads(done.stdout)["providers"]}
+def test_chatbridge_providers_lists_discord() -> None:
+    done = run("providers", "--json")
+    assert done.exit_code == 0, done.output
+    listing = {p["name"]: p for p in json.loads(done.output)["providers"]}
     discord = listing["discord"]
     assert discord["distribution"] == "bridge-discord"
     assert discord["capabilities"]["edit"] is True
@@ -44,6 +42,6 @@ def test_chatbridge_check_accepts_a_discord_profile(tmp_path: Path) -> None:
         'channel_id = "111111111111111111"\n'
     )
     secret = "discord-token-never-printed"
-    done = run("check", "-c", str(config), cwd=tmp_path, env={"H6_TEST_DISCORD_TOKEN": secret})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert secret not in done.stdout + done.stderr
+    done = run("check", "-c", str(config), env={"H6_TEST_DISCORD_TOKEN": secret})
+    assert done.exit_code == 0, done.output
+    assert secret not in done.output
