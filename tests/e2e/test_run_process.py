@@ -186,12 +186,33 @@ def test_events_file_is_followed_as_it_grows(
     events = tmp_path / "events.jsonl"
     events.write_text(json.dumps({"kind": "AgentSpawned", "agent": "early"}) + "\nnot json\n")
     config = console_config(
-        tmp_path / "bridge.toml", transcript=transcript, ledger=str(tmp_path / "b.sqlite3")
+        tmp_path / "bridge.toml",
+        transcript=transcript,
+        ledger=str(tmp_path / "b.sqlite3"),
+        token_env="E2E_API_TOKEN",
+        extra="max_body_bytes = 2000\n",
     )
-    gw = GatewayProcess(config, tmp_path, args=["--events", str(events)])
+    token = "e2e-token-0123456789"
+    gw = GatewayProcess(
+        config, tmp_path, args=["--events", str(events)], env={"E2E_API_TOKEN": token}
+    )
     gateways.append(gw)
     gw.start()
     wait_for(lambda: any("early" in t for t in texts(transcript)), what="the early agent")
+    # the API of the real process: a token, whole batches, bounded bodies, never a 500
+    event = {"kind": "AgentSpawned", "agent": "api"}
+    auth = {"Authorization": f"Bearer {token}"}
+    assert gw.post("/v1/events", event).status_code == 401
+    assert gw.post("/v1/events", event, headers={"Authorization": "Bearer no"}).status_code == 403
+    half = gw.post("/v1/events", [event, {"kind": "StatusChanged", "agent": 3}], headers=auth)
+    assert (half.status_code, half.json()["index"], half.json()["field"]) == (400, 1, "agent")
+    big = gw.post("/v1/events", [event] * 100, headers=auth)
+    assert big.status_code == 413 and "2000 bytes" in big.json()["error"]
+    bad = gw.http.post("/v1/events", content=b"{", headers=auth)
+    assert bad.status_code == 400 and "malformed JSON" in bad.json()["error"]
+    metrics = gw.get("/metrics", headers=auth).text
+    assert 'chatbridge_events_in_total{kind="AgentSpawned"} 1.0' in metrics  # "early" only
+    assert not any("api" in t for t in texts(transcript))
     with events.open("a") as handle:
         handle.write(json.dumps({"kind": "AgentSpawned", "agent": "late"}) + "\n")
     wait_for(lambda: any("late" in t for t in texts(transcript)), what="the appended agent")
