@@ -451,6 +451,8 @@ class Notifier:
         slot = agent.slot
         if slot.delivered == slot.version:
             return None  # nothing new since the last delivery
+        if not post and slot.ref is None:
+            return None  # its message was deleted meanwhile: the outcome turns it into a post
         if post and slot.ref is not None and (self._edit or not agent.terminal):
             # A post whose twin already went out (with edits the update becomes an edit), or,
             # without edits, an intermediate state: only the terminal post may follow the first.
@@ -474,8 +476,8 @@ class Notifier:
 
     def _render_summary(self, summary: _Summary, *, post: bool) -> str | None:
         slot = summary.slot
-        if slot.delivered == slot.version or (post and slot.ref is not None):
-            return None
+        if slot.delivered == slot.version or (post is (slot.ref is not None)):
+            return None  # nothing new, a post whose twin went out, or an edit of a lost message
         slot.rendered = slot.version
         counts = SummaryCounts(
             workspace=summary.workspace,
@@ -543,7 +545,9 @@ class Notifier:
             return
         if slot.outstanding or not self._edit:
             return
-        if slot.delivered < slot.version and (not slot.lost or summary.running == 0):
+        # A lost summary waits for the next change, unless it owes members' final states.
+        owes_final = summary.running == 0 or bool(summary.awaiting)
+        if slot.delivered < slot.version and (not slot.lost or owes_final):
             self._submit_summary(summary)
 
     def _terminal_delivered(self, name: str, terminal_at: float) -> None:

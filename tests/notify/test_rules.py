@@ -18,7 +18,7 @@ from bridge_core.events import (
     UnknownEvent,
 )
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import DISCORD_BUDGET, SLACK_BUDGET, Forbidden, LengthUnit
+from bridge_core.provider import DISCORD_BUDGET, SLACK_BUDGET, Forbidden, LengthUnit, NotFound
 from bridge_core.testing.budget import assert_paced
 
 pytestmark = pytest.mark.anyio
@@ -270,3 +270,34 @@ async def test_forbidden_then_a_terminal_is_not_lost(open_channel) -> None:
         entries = ch.entries()
         assert ch.waits == {"a1": 290.0}
     assert entries[-1].t == 310.0 and "done" in entries[-1].text
+
+
+async def test_a_deleted_message_with_a_final_state_is_reposted_at_once(open_channel) -> None:
+    async with open_channel() as ch:
+        ch.notifier.handle(AgentSpawned("a1", "w1"))
+        await anyio.sleep_until(10.0)
+        ch.provider.script_fault("fleet", NotFound("deleted"))
+        ch.notifier.handle(done("a1"))
+        await ch.until_idle()
+        entries = ch.entries()
+    assert [(e.t, e.op) for e in entries] == [(2.0, "post"), (10.0, "error"), (10.0, "post")]
+    assert "done" in entries[-1].text and entries[-1].message_id != entries[0].message_id
+
+
+async def test_a_deleted_summary_comes_back_once_with_the_counts(open_channel) -> None:
+    async with open_channel(budget=DISCORD_BUDGET) as ch:
+        for n in range(5):
+            ch.notifier.handle(AgentSpawned(f"a{n}", "w1"))
+        await anyio.sleep_until(10.0)
+        ch.provider.script_fault("fleet", NotFound("deleted"))
+        ch.notifier.handle(done("a0"))
+        await anyio.sleep_until(20.0)
+        for n in range(1, 5):
+            ch.notifier.handle(done(f"a{n}"))
+        await ch.until_idle()
+        entries = ch.entries()
+    posts = [e for e in entries if e.op == "post"]
+    assert [p.t for p in posts] == [2.0, 10.0]  # the final state of a0 is not left waiting
+    assert "1 done, 4 running" in posts[1].text
+    final = [e for e in entries if e.message_id == posts[1].message_id][-1]
+    assert "5 done, 0 running, 0 failed" in final.text and final.t == 20.0
