@@ -16,7 +16,6 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
@@ -55,7 +54,7 @@ pytestmark = pytest.mark.anyio
 TOKEN = "toy-secret-token-42"
 SELF_USER = "toy-bridge"
 MAX = 500
-RETRY_AFTER = 1.0
+RETRY_AFTER = 2.0  # the mutant that sleeps on it costs this much
 
 # --------------------------------------------------------------------------- the fake API
 
@@ -427,12 +426,6 @@ async def test_catches_an_edit_that_reaches_the_platform_without_support(
 ) -> None:
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         await SUITE.test_edit_without_support_is_refused(make_harness(toy, ClaimsNoEditButEdits))
-
-
-async def test_a_rate_limit_is_surfaced_quickly_by_the_good_provider(toy: FakeToyChat) -> None:
-    harness = make_harness(toy, ToyProvider)
-    with anyio.fail_after(RETRY_AFTER / 2):
-        await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.RATE_LIMITED, "post")
 
 
 def test_harness_build_validates_settings(toy: FakeToyChat) -> None:
