@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
+from click.testing import CliRunner
 
+from bridge_core.cli import build_cli
 from bridge_core.ledger import is_marked
 from bridge_core.provider import SendBudget
 from bridge_core.testing.budget import assert_paced, read_transcript
 
-from .conftest import CHATBRIDGE, GatewayProcess, console_config, transcript_lines, wait_for
+from .conftest import GatewayProcess, console_config, transcript_lines, wait_for
 
 ECHO = "bridge_core.runtime.agents:echo_agent"
 
@@ -221,18 +223,16 @@ def test_events_file_is_followed_as_it_grows(
     assert len(skipped) == 1
 
 
-def test_refuses_to_listen_beyond_loopback_without_a_token(tmp_path: Path) -> None:
+def test_refuses_to_listen_beyond_loopback_without_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
     config = console_config(
         tmp_path / "bridge.toml",
         transcript=tmp_path / "t.jsonl",
         ledger=str(tmp_path / "b.sqlite3"),
     )
-    done = subprocess.run(
-        [*CHATBRIDGE, "run", "-c", str(config), "--host", "0.0.0.0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={"CHATBRIDGE_LOAD_PLUGINS": "", "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 1
-    assert "without an API token" in done.stderr
+    result = CliRunner().invoke(build_cli(), ["run", "-c", str(config), "--host", "0.0.0.0"])
+    assert result.exit_code == 1
+    assert "without an API token" in result.output
+    assert not (tmp_path / "b.sqlite3").exists()  # refused before touching anything
