@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,6 +120,28 @@ def test_generated_provider_installs_is_listed_and_passes_its_tests(tmp_path: Pa
     assert providers["acme-chat"]["capabilities"]["edit"] is True
     assert providers["acme-chat"]["budget"]["burst"] == 3
     assert "console" in providers
+
+    # The README's example config passes `chatbridge check` with the generated provider.
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", readme, re.S)
+    assert example is not None, "the generated README has no TOML example"
+    (tmp_path / "bridge.toml").write_text(example.group(1), encoding="utf-8")
+    variables = re.findall(r'env = "(\w+)"', example.group(1))
+    assert variables == ["ACME_CHAT_TOKEN"]
+    checked = subprocess.run(
+        [str(venv / "bin" / "chatbridge"), "check", "--json", "-c", str(tmp_path / "bridge.toml")],
+        cwd=tmp_path,
+        env={**_environment(), "ACME_CHAT_TOKEN": "token-from-the-environment"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    resolved = json.loads(checked.stdout)
+    assert resolved["profiles"]["acme-chat-bot"]["provider"] == "acme-chat"
+    assert resolved["profiles"]["acme-chat-bot"]["distribution"] == "bridge-acme-chat"
+    assert "token-from-the-environment" not in checked.stdout + checked.stderr
 
     tests = _run(
         [str(python), "-m", "pytest", "-v", "-p", "no:cacheprovider"], cwd=project, timeout=600
