@@ -139,7 +139,8 @@ class DiscordProvider(ChatProvider):
             except Exception as exc:
                 failure = map_discord_error(exc, where="login")
             except BaseException:
-                await client.close()
+                with anyio.CancelScope(shield=True):  # cancelled mid-login: still close it
+                    await client.close()
                 raise
             if failure is not None:
                 await client.close()

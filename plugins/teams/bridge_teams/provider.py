@@ -239,29 +239,41 @@ class TeamsProvider(ChatProvider):
 
     async def handle_activity(self, request: HttpRequest, sink: InboundSink) -> HttpResponse:
         """Validate and take one request from the Bot Connector."""
+        not_an_activity = _json_response(400, {"error": "the body is not a Bot Framework activity"})
         try:
             body = json.loads(request.body.decode("utf-8"))
-            activity: Activity = Activity.deserialize(body)
-        except (ValueError, UnicodeDecodeError, TypeError):
-            return _json_response(400, {"error": "the body is not a Bot Framework activity"})
-        if activity is None or activity.type is None or activity.conversation is None:
-            return _json_response(400, {"error": "the body is not a Bot Framework activity"})
+        except (ValueError, UnicodeDecodeError):
+            return not_an_activity
+        if not isinstance(body, dict):
+            return not_an_activity
         if not self._settings.insecure_skip_token_validation:
+            # Checked on the raw JSON before the (costly) SDK deserialisation, so an
+            # unauthenticated request costs a JSON parse and a signature check, no more.
             try:
                 await self._validator.validate(
                     request.header("Authorization"),
-                    channel_id=activity.channel_id,
-                    service_url=activity.service_url,
+                    channel_id=_string(body.get("channelId")),
+                    service_url=_string(body.get("serviceUrl")),
                 )
             except InvalidToken as exc:
                 _log.info("refused a Teams request for %r: %s", self._profile, exc.reason)
                 return _json_response(401, {"error": "unauthorized"})
+        try:
+            activity: Activity | None = Activity.deserialize(body)
+        except (ValueError, TypeError, AttributeError):  # msrest's DeserializationError included
+            return not_an_activity
+        if activity is None or activity.type is None or activity.conversation is None:
+            return not_an_activity
         await self._references.remember(activity)
         message = inbound_from_activity(activity, profile=self._profile)
         # Bots (the bridge itself included) are never user turns: they stop here.
         if message is not None and not message.author_is_bot:
             await sink(message)
         return _json_response(200, {})
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _json_response(status: int, body: dict[str, str]) -> HttpResponse:

@@ -243,3 +243,15 @@ async def test_rotated_key_is_fetched_once_then_cached(
                 service_url=service,
             )
     assert fake.count("jwks") == 2
+
+
+async def test_signed_garbage_is_a_bad_request_and_unsigned_json_unauthorized(
+    fake: FakeTeams, provider: TeamsProvider, channel: str
+) -> None:
+    garbage = fake.message_activity(channel, "x")
+    garbage["timestamp"] = "not a date"
+    sink = Sink()
+    assert (await deliver(provider, sink, request(garbage, fake.channel_token()))).status == 400
+    # The token is checked before the body is deserialised: unsigned JSON never gets that far.
+    assert (await deliver(provider, sink, request(garbage, None))).status == 401
+    assert sink.messages == []
