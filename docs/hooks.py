@@ -42,7 +42,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -387,9 +387,18 @@ def _adr_title(path: Path) -> str:
     return path.stem
 
 
-def adr_index() -> str:
-    """A list of every decision record in ``docs/adr/``, by number."""
-    files = sorted(p for p in (DOCS_DIR / "adr").glob("[0-9][0-9][0-9][0-9]-*.md"))
+ADR_FILE = re.compile(r"^\d{4}-.+\.md$")
+
+
+def adr_index(names: Iterable[str] | None = None) -> str:
+    """A list of every decision record in ``docs/adr/``, by number.
+
+    ``names`` are the record files the site build collected (so a record added while the site
+    builds is not linked before it is a page); by default, the files in the folder.
+    """
+    if names is None:
+        names = (p.name for p in (DOCS_DIR / "adr").iterdir())
+    files = sorted(DOCS_DIR / "adr" / name for name in names if ADR_FILE.match(name))
     if not files:
         return "No decisions recorded yet.\n"
     lines = ["| number | decision |", "|---|---|"]
@@ -713,12 +722,18 @@ def _rewrite_outside_links(markdown: str, page_path: str) -> str:
     return _OUTSIDE_LINK.sub(replace, markdown)
 
 
-def expand_markers(markdown: str, *, where: str = "page") -> str:
-    """Replace each ``<!-- generated: NAME -->`` line with what ``GENERATORS[NAME]`` renders."""
+def expand_markers(
+    markdown: str,
+    *,
+    where: str = "page",
+    overrides: Mapping[str, Callable[[], str]] | None = None,
+) -> str:
+    """Replace each ``<!-- generated: NAME -->`` line with what ``GENERATORS[NAME]`` renders
+    (or ``overrides[NAME]``, which the build uses to hand generators what it collected)."""
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
-        generator = GENERATORS.get(name)
+        generator = (overrides or {}).get(name) or GENERATORS.get(name)
         if generator is None:
             raise KeyError(
                 f"{where}: unknown generated block {name!r}; known: {sorted(GENERATORS)}"
@@ -733,7 +748,9 @@ def expand_markers(markdown: str, *, where: str = "page") -> str:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     src = page.file.src_uri
-    return _rewrite_outside_links(expand_markers(markdown, where=src), src)
+    collected = [f.src_uri[len("adr/") :] for f in files if f.src_uri.startswith("adr/")]
+    overrides = {"adr-index": lambda: adr_index(collected)}
+    return _rewrite_outside_links(expand_markers(markdown, where=src, overrides=overrides), src)
 
 
 if __name__ == "__main__":  # pragma: no cover - a convenience for writers
