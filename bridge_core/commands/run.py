@@ -9,7 +9,7 @@ import anyio
 import click
 
 from bridge_core.commands import config_option, load_cli_config
-from bridge_core.ledger import Schedule
+from bridge_core.ledger import LedgerError, Schedule
 from bridge_core.runtime.agents import AgentLoadError
 from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
 from bridge_core.runtime.logs import configure_logging
@@ -111,7 +111,25 @@ def command(
     try:
         gateway = Gateway(config, options=options)
         anyio.run(lambda: serve(gateway, events=events, ready_file=ready_file), backend="asyncio")
-    except (GatewayError, AgentLoadError) as exc:
+    except (GatewayError, AgentLoadError, LedgerError) as exc:
         logging.getLogger("bridge_core.runtime").error("%s", exc)
         raise click.ClickException(str(exc)) from exc
+    except BaseExceptionGroup as group:
+        found = _startup_error(group)
+        if found is None:
+            raise
+        logging.getLogger("bridge_core.runtime").error("%s", found)
+        raise click.ClickException(str(found)) from found
     exit_process(0)
+
+
+def _startup_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """A configuration problem raised inside the gateway's task groups, to show plainly."""
+    for error in group.exceptions:
+        if isinstance(error, (GatewayError, AgentLoadError, LedgerError)):
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            found = _startup_error(error)
+            if found is not None:
+                return found
+    return None

@@ -203,6 +203,10 @@ class Gateway:
         """Serve until ``stop()``; returns after the graceful shutdown."""
         async with AsyncExitStack() as stack:
             await self._build(stack)
+            if self.options.http:
+                # bound before anything starts, so a taken port fails plainly and early; until
+                # ready the API answers 503
+                await self._serve_http(stack)
             async with anyio.create_task_group() as core:
                 self._task_group = core
                 for channel in self.channels.values():
@@ -225,8 +229,6 @@ class Gateway:
                                 intake.start_soon(self._host, channel)
                         for profile in list(self.providers):
                             intake.start_soon(self._watch, profile)
-                        if self.options.http:
-                            await self._serve_http(stack)
                         self._accepting = True
                         self.ready.set()
                         task_status.started()
@@ -481,12 +483,18 @@ class Gateway:
 
     # ------------------------------------------------------------------ the API backend
 
+    def _check_accepting(self) -> None:
+        if self._accepting:
+            return
+        if self._stop.is_set():
+            raise ShuttingDown()
+        raise ApiError(503, "the gateway is starting (ledger boot sweep); retry in a moment")
+
     def channel_names(self) -> Sequence[str]:
         return list(self.channels)
 
     async def accept_events(self, events: Sequence[FleetEvent]) -> None:
-        if not self._accepting:
-            raise ShuttingDown()
+        self._check_accepting()
         if self._bus is not None:
             await self._bus.publish(list(self.channels), events)
         kinds: Counter[str] = Counter()
@@ -500,8 +508,7 @@ class Gateway:
             self.metrics.events_in.labels(kind).inc(count)
 
     async def accept_message(self, request: MessageRequest) -> MessageReceipt:
-        if not self._accepting:
-            raise ShuttingDown()
+        self._check_accepting()
         channel = self.channels.get(request.channel)
         if channel is None:
             raise ApiError(404, f"channel {request.channel!r} is not configured", field="channel")

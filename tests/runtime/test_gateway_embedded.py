@@ -4,6 +4,7 @@ writing a transcript): events, messages, turns, busy agents, health, metrics, gr
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -224,3 +225,14 @@ def test_refuses_a_public_address_without_a_token(tmp_path: Path) -> None:
         Gateway(make_config(tmp_path, host="0.0.0.0"))
     Gateway(make_config(tmp_path, host="0.0.0.0", token="a-long-enough-token"))
     Gateway(make_config(tmp_path, host="::1"))
+
+
+@pytest.mark.anyio
+async def test_a_taken_port_is_a_clear_startup_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        gateway = Gateway(make_config(tmp_path), options=GatewayOptions(port=port))
+        with pytest.raises(GatewayError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await gateway.run()
