@@ -269,13 +269,16 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replies", type=int, default=30_000)
     parser.add_argument("--sweep-rows", type=int, default=100_000)
+    parser.add_argument(
+        "--pg-sweep-rows", type=int, default=100_000, help="rows for the PostgreSQL boot sweep"
+    )
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         await bench_sqlite(Path(folder), args.replies, args.sweep_rows, args.in_flight)
     if not args.no_postgres:
-        await bench_postgres(args.replies, args.sweep_rows, args.in_flight)
+        await bench_postgres(args.replies, args.pg_sweep_rows, args.in_flight)
 
 
 if __name__ == "__main__":

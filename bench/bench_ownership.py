@@ -252,7 +252,7 @@ def main() -> None:
             # members are tasks of one process sharing the process's log handle
             if not handles:
                 handles.append(
-                    await SqliteConversationLog.open(path, channel="C", poll_interval=0.01)
+                    await SqliteConversationLog.open(path, channel="C")
                 )
             return _Shared(handles[0])
 

@@ -31,7 +31,14 @@ import anyio
 from anyio.abc import TaskGroup
 
 from bridge_core.conversation import Frame, LogRecord, Turn
-from bridge_core.ownership.log import AgentBusy, ConversationLog, NotAMember, OwnershipError
+from bridge_core.ownership.log import (
+    AgentBusy,
+    ConversationLog,
+    JoinResult,
+    LogUnavailable,
+    NotAMember,
+    OwnershipError,
+)
 from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView
 
 __all__ = ["AgentGroupMember", "BusyHandler", "MemberMetrics", "TurnHandler"]
@@ -139,13 +146,31 @@ class AgentGroupMember:
 
     async def run(self) -> None:
         """Serve until ``stop()`` or cancellation; rejoin under a new id after an expiry."""
-        incarnation = 0
+        incarnation = failures = 0
         while not self._stop.is_set():
             if self.exact_id:
                 member = self.member_id if incarnation == 0 else f"{self.member_id}~{incarnation}"
             else:
                 member = f"{self.member_id}:{secrets.token_hex(4)}"
-            expelled = await self._serve(member)
+            try:
+                expelled = await self._serve(member)
+            except LogUnavailable as error:
+                # the log is down: nothing can be delivered safely; try again as a new member
+                self.metrics.log_errors += 1
+                delay = min(30.0, self.heartbeat_interval * 2 ** min(failures, 8))
+                failures += 1
+                logger.warning(
+                    "agent group member %s of channel %s lost the log (%s); joining again in "
+                    "%.1f s",
+                    member,
+                    self.log.channel,
+                    error,
+                    delay,
+                )
+                await anyio.sleep(delay)
+                incarnation += 1
+                continue
+            failures = 0
             if not expelled:
                 return
             incarnation += 1
@@ -169,32 +194,30 @@ class AgentGroupMember:
         self.current_id = member
         self._last_beat = anyio.current_time()
         join = joined.join
+        failure: LogUnavailable | None = None
         try:
-            backlog = await self.log.read_back(
-                before_seq=join.seq,
-                members=joined.members_before,
-                not_before=join.inserted_at - self.lookback,
-            )
-            view = GroupView(
-                me=member,
-                members=backlog.members_at_start,
-                max_conversations=self.max_conversations,
-            )
-            # records before our join can never be ours; they rebuild the pending turns
-            view.apply_all(backlog.records)
-            self._remember(backlog.records)
-            self.view = view
             async with anyio.create_task_group() as tg:
-                self._enqueue(tg, view.apply(join))
-                self.ready.set()
+                # heartbeat from the start: a long catch-up must not get us expired
                 tg.start_soon(self._heartbeat_loop, member)
-                tg.start_soon(self._follow_loop, tg, view, join.seq)
-                await self._done.wait()
-                # stop starting turns; let in-flight ones finish, then stop heartbeating
-                with anyio.move_on_after(self.drain_timeout):
-                    while self._in_flight:
-                        await self._idle.wait()
-                tg.cancel_scope.cancel()
+                try:
+                    view = await self._catch_up(member, joined)
+                except LogUnavailable as error:
+                    failure = error
+                    tg.cancel_scope.cancel()
+                    view = None
+                if view is not None:
+                    self.view = view
+                    self._enqueue(tg, view.apply(join))
+                    self.ready.set()
+                    tg.start_soon(self._follow_loop, tg, view, join.seq)
+                    await self._done.wait()
+                    # stop starting turns; let in-flight ones finish, then stop heartbeating
+                    with anyio.move_on_after(self.drain_timeout):
+                        while self._in_flight:
+                            await self._idle.wait()
+                    tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
         finally:
             if not self._expelled:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
@@ -203,6 +226,22 @@ class AgentGroupMember:
                     except Exception:
                         logger.exception("agent group member %s could not append its leave", member)
         return self._expelled
+
+    async def _catch_up(self, member: str, joined: JoinResult) -> GroupView:
+        """The view just before our join: the last ``lookback`` seconds folded."""
+        join = joined.join
+        backlog = await self.log.read_back(
+            before_seq=join.seq,
+            members=joined.members_before,
+            not_before=join.inserted_at - self.lookback,
+        )
+        view = GroupView(
+            me=member, members=backlog.members_at_start, max_conversations=self.max_conversations
+        )
+        # records before our join can never be ours; they rebuild the pending turns
+        view.apply_all(backlog.records)
+        self._remember(backlog.records)
+        return view
 
     def _enqueue(self, tg: TaskGroup, turns: list[Turn]) -> None:
         for turn in turns:

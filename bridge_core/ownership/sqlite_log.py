@@ -15,6 +15,7 @@ polling every ``poll_interval`` seconds; members in this process are woken at on
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -86,6 +87,11 @@ _COLUMNS = (
     "answers_seq, member, obligation, since, reason"
 )
 _PRUNE_EVERY = 1000
+_CACHE_SIZE = 5000
+
+
+def _seq(record: LogRecord) -> int:
+    return record.seq
 
 
 def _record(row: tuple[Any, ...]) -> LogRecord:
@@ -108,14 +114,17 @@ class _Tx:
         self.channel = channel
         self._clock = clock
         self._last: float | None = None
+        self.prev_seq = 0  # the channel's last seq before this transaction's first insert
+        self.created: list[LogRecord] = []
 
     def now(self) -> float:
         if self._last is None:
             row = self.conn.execute(
-                "SELECT inserted_at FROM log_records WHERE channel = ? ORDER BY seq DESC LIMIT 1",
+                "SELECT seq, inserted_at FROM log_records WHERE channel = ? "
+                "ORDER BY seq DESC LIMIT 1",
                 (self.channel,),
             ).fetchone()
-            self._last = row[0] if row else 0.0
+            self.prev_seq, self._last = row if row else (0, 0.0)
         self._last = max(self._clock(), self._last)
         return self._last
 
@@ -172,6 +181,13 @@ class SqliteConversationLog:
         self._changed = anyio.Event()
         self._admits = 0
         self.commits = 0
+        # A contiguous run of this channel's records: every record with _cache_after < seq <=
+        # _cache_end. Members of this process read from it instead of each querying the file.
+        self._cache: list[LogRecord] = []
+        self._cache_after: int | None = None
+        self._cache_end = 0
+        self._verified_at = float("-inf")  # when _cache_end was last known to be the log's end
+        self.db_reads = 0
 
     @classmethod
     async def open(
@@ -220,9 +236,11 @@ class SqliteConversationLog:
                 with anyio.CancelScope(shield=True):
                     while self._queue:
                         batch, self._queue = self._queue, []
-                        await anyio.to_thread.run_sync(
+                        tx = await anyio.to_thread.run_sync(
                             self._commit, batch, limiter=self._write_lock
                         )
+                        if tx is not None and tx.created:
+                            self._cache_own(tx.prev_seq, tx.created)
                         for item in batch:
                             item.done.set()
                         self._changed.set()
@@ -235,27 +253,31 @@ class SqliteConversationLog:
         result: T = write.result
         return result
 
-    def _commit(self, batch: list[_Write]) -> None:
+    def _commit(self, batch: list[_Write]) -> _Tx | None:
         conn = self._writer
         tx = _Tx(conn, self.channel, self._clock)
         try:
             conn.execute("BEGIN IMMEDIATE")
             for index, item in enumerate(batch):
                 conn.execute(f"SAVEPOINT w{index}")
+                created = len(tx.created)
                 try:
                     item.result = item.op(tx)
                 except Exception as error:
                     conn.execute(f"ROLLBACK TO w{index}")
+                    del tx.created[created:]
                     item.error = error
                 conn.execute(f"RELEASE w{index}")
             conn.execute("COMMIT")
             self.commits += 1
+            return tx
         except sqlite3.Error as error:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             failure = LogUnavailable(f"conversation log commit failed: {error}")
             for item in batch:
                 item.result, item.error = None, failure
+            return None
 
     async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -293,7 +315,7 @@ class SqliteConversationLog:
                 thread=message.thread,
             )
             tx.count("admitted")
-            return Turn(
+            turn = Turn(
                 self.channel,
                 conversation,
                 seq,
@@ -303,6 +325,8 @@ class SqliteConversationLog:
                 message.text,
                 message.thread,
             )
+            tx.created.append(turn)
+            return turn
 
         return await self._submit(op)
 
@@ -316,7 +340,9 @@ class SqliteConversationLog:
                 obligation=obligation,
             )
             tx.count("answered")
-            return Frame(self.channel, turn.conversation, seq, at, turn.seq, member, obligation)
+            frame = Frame(self.channel, turn.conversation, seq, at, turn.seq, member, obligation)
+            tx.created.append(frame)
+            return frame
 
         return await self._submit(op)
 
@@ -334,7 +360,9 @@ class SqliteConversationLog:
                 "VALUES (?, ?, ?, ?)",
                 (self.channel, member, at + settle, at),
             )
-            return JoinResult(Join(self.channel, seq, at, member, at + settle), before)
+            join = Join(self.channel, seq, at, member, at + settle)
+            tx.created.append(join)
+            return JoinResult(join, before)
 
         return await self._submit(op)
 
@@ -344,7 +372,9 @@ class SqliteConversationLog:
             "DELETE FROM log_members WHERE channel = ? AND member = ?", (tx.channel, member)
         )
         seq, at = tx.insert("leave", member=member, since=since, reason=reason.value)
-        return Leave(tx.channel, seq, at, member, reason)
+        leave = Leave(tx.channel, seq, at, member, reason)
+        tx.created.append(leave)
+        return leave
 
     async def leave(self, member: str) -> Leave | None:
         def op(tx: _Tx) -> Leave | None:
@@ -395,12 +425,63 @@ class SqliteConversationLog:
         deadline = anyio.current_time() + wait
         while True:
             changed = self._changed
-            records = await self._read(query)
+            cached = self._from_cache(after_seq, limit)
+            if cached is not None:
+                records = cached
+            else:
+                records = await self._read(query)
+                self.db_reads += 1
+                self._cache_read(after_seq, records, complete=len(records) < limit)
             remaining = deadline - anyio.current_time()
             if records or remaining <= 0:
                 return records
             with anyio.move_on_after(min(remaining, self.poll_interval)):
                 await changed.wait()
+
+    # ------------------------------------------------------------------ the read cache
+
+    def _from_cache(self, after_seq: int, limit: int) -> list[LogRecord] | None:
+        """Records after ``after_seq`` from the cache; ``None`` when the file must be read.
+
+        Serving a prefix of what the file holds is fine (the caller reads on from there), a gap
+        is not: the cache is only ever a contiguous run of the channel's records.
+        """
+        if self._cache_after is None or after_seq < self._cache_after:
+            return None
+        if after_seq < self._cache_end:
+            start = bisect.bisect_right(self._cache, after_seq, key=_seq)
+            return self._cache[start : start + limit]
+        if after_seq == self._cache_end:
+            # nothing newer that we know of; other processes' writes are seen within a poll
+            fresh = anyio.current_time() - self._verified_at < self.poll_interval
+            return [] if fresh else None
+        return None
+
+    def _cache_read(self, after_seq: int, records: list[LogRecord], *, complete: bool) -> None:
+        if self._cache_after is None or after_seq != self._cache_end:
+            self._cache, self._cache_after, self._cache_end = [], after_seq, after_seq
+        self._extend_cache(records)
+        if complete:
+            self._verified_at = anyio.current_time()
+
+    def _cache_own(self, prev_seq: int, created: list[LogRecord]) -> None:
+        if self._cache_after is None:
+            self._cache, self._cache_after, self._cache_end = [], prev_seq, prev_seq
+        if prev_seq == self._cache_end:
+            self._extend_cache(created)
+            self._verified_at = anyio.current_time()
+        else:
+            self._verified_at = float("-inf")  # another writer's records lie in between
+
+    def _extend_cache(self, records: list[LogRecord]) -> None:
+        if not records:
+            return
+        self._cache.extend(records)
+        self._cache_end = records[-1].seq
+        if len(self._cache) > 2 * _CACHE_SIZE:
+            dropped = self._cache[:-_CACHE_SIZE]
+            self._cache = self._cache[-_CACHE_SIZE:]
+            self._cache_after = dropped[-1].seq
 
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float

@@ -253,37 +253,46 @@ class GroupView:
     def _reassign(
         self, conversations: set[str], *, gone: str | None, at: float, adopt: bool
     ) -> list[Turn]:
-        """Give the pending turns of absent owners in ``conversations`` to their new owner."""
+        """Give the pending turns of absent owners in ``conversations`` to their new owner.
+
+        With ``gone`` set (a leave), only that member's turns move; without it (a join), every
+        turn whose owner is absent (orphans) does.
+        """
         out: list[Turn] = []
-        for conversation in sorted(conversations, key=self._first_seq):
+        present = self._since
+        mine_allowed = self.me is not None and not self._left
+        emptied: set[str | None] = set()
+        for conversation in conversations:
             entry = self._pending.get(conversation)
             if entry is None:
                 continue
             new_owner = self.owner(conversation, at)
-            moved: list[str | None] = []
-            turns: list[tuple[Turn, str | None]] = []
-            for turn, owner in entry.turns:
-                absent = owner is None or owner not in self._since
-                if absent and (gone is None or owner == gone):
-                    moved.append(owner)
-                    turns.append((turn, new_owner))
-                    if new_owner is not None and new_owner == self.me and not self._left:
+            mine = mine_allowed and new_owner == self.me
+            moved: set[str | None] = set()
+            turns = entry.turns
+            for index, (turn, owner) in enumerate(turns):
+                if owner == gone if gone is not None else owner is None or owner not in present:
+                    moved.add(owner)
+                    turns[index] = (turn, new_owner)
+                    if mine:
                         out.append(turn)
-                else:
-                    turns.append((turn, owner))
             if not moved:
                 continue
-            entry.turns = turns
-            self._unindex(conversation, entry, moved)
+            # every turn of the absent owners moved, so they no longer hold this conversation
+            for owner in moved:
+                bucket = self._by_owner.get(owner)
+                if bucket is not None:
+                    bucket.discard(conversation)
+                    if not bucket:
+                        emptied.add(owner)
             self._index(new_owner, conversation)
-            if new_owner is not None and new_owner == self.me and not self._left:
+            if mine:
                 if adopt:
                     self.stats.orphans_adopted += 1
                 else:
                     self.stats.taken_over += 1
+        for owner in emptied:
+            if not self._by_owner.get(owner, True):
+                del self._by_owner[owner]
         out.sort(key=lambda turn: turn.seq)
         return out
-
-    def _first_seq(self, conversation: str) -> int:
-        entry = self._pending.get(conversation)
-        return entry.turns[0][0].seq if entry and entry.turns else 0

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from bridge_core.conversation import Leave, LeaveReason, Turn
@@ -284,4 +285,62 @@ async def test_passed_memory_is_bounded_oldest_dropped(harness: Any) -> None:
         assert b.view is not None
         assert len({c for c in b.view._pending}) == 10
         assert b.view.stats.conversations_dropped >= 40
+        tg.cancel_scope.cancel()
+
+
+async def test_a_heartbeat_blip_shorter_than_the_expiry_only_delays_delivery(
+    harness: Any,
+) -> None:
+    async with anyio.create_task_group() as tg:
+        # beats every 0.2 s: the blip (at most 0.2 + 2.41 + 0.05 s) ends before the expiry
+        group = new_group(harness, tg)
+        group.heartbeat = 0.2
+        a = await group.start("a")
+        await group.start("b")
+        await settle_all(group)
+        author = harness.author_owned_by(group, "a")
+        group.handles["a"].heartbeat_fails = True
+        await anyio.sleep(0.8 * EXPIRY + 0.01)
+        turn = await group.admit(author)
+        await anyio.sleep(0.05)
+        assert not a.delivering and not group.delivered(turn)
+        group.handles["a"].heartbeat_fails = False  # back before b's reaper expires it
+        await anyio.sleep(HEARTBEAT + 0.5)
+        tg.cancel_scope.cancel()
+    assert [(d.member, d.answered) for d in group.delivered(turn)] == [("a", True)]
+    assert a.metrics.rejoins == 0 and a.current_id == "a"
+    expired = [r for r in group.store.records if isinstance(r, Leave) and r.member == "a"]
+    assert [leave.reason for leave in expired] == [LeaveReason.GRACEFUL]  # at the end only
+
+
+async def test_a_member_that_cannot_reach_the_log_at_start_joins_when_it_can(
+    harness: Any,
+) -> None:
+    from bridge_core.ownership import LogUnavailable
+
+    class DownAtFirst(harness.CrashableLog):  # type: ignore[name-defined,misc]
+        failures = 2
+
+        async def join(self, member: str, *, settle: float) -> Any:
+            if self.failures:
+                self.failures -= 1
+                raise LogUnavailable("test: Redis is restarting")
+            return await super().join(member, settle=settle)
+
+    async with anyio.create_task_group() as tg:
+        group = new_group(harness, tg)
+        from bridge_core.ownership import AgentGroupMember
+
+        member = AgentGroupMember(
+            DownAtFirst(group.store),
+            member_id="late",
+            on_turn=lambda turn, history: anyio.lowlevel.checkpoint(),
+            settle=0.0,
+            heartbeat=HEARTBEAT,
+            exact_id=True,
+        )
+        tg.start_soon(member.run)
+        with anyio.fail_after(10):
+            await member.ready.wait()
+        assert member.metrics.log_errors == 2 and member.current_id == "late~2"
         tg.cancel_scope.cancel()
