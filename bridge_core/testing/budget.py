@@ -154,13 +154,17 @@ def assert_paced(
         raise AssertionError(f"{len(violations)} pacing violation(s):\n{shown}{more}")
 
 
-def max_in_window(times: Sequence[float], seconds: float) -> int:
-    """The most sends in any half-open window ``[a, a + seconds)`` (times need not be sorted)."""
+def max_in_window(times: Sequence[float], seconds: float, *, tolerance: float = TOLERANCE) -> int:
+    """The most sends in any half-open window ``[a, a + seconds)`` (times need not be sorted).
+
+    Like ``check_budget``, two sends ``seconds - tolerance`` apart count as a window apart (the
+    console rounds ``t`` to microseconds).
+    """
     ordered = sorted(times)
     best = 0
     start = 0
     for end, t in enumerate(ordered):
-        while ordered[start] <= t - seconds:
+        while ordered[start] <= t - seconds + tolerance:
             start += 1
         best = max(best, end - start + 1)
     return best
