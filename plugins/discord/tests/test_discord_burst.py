@@ -16,7 +16,7 @@ import anyio
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
 
-from bridge_core import DISCORD_BUDGET, SendBudget, Window
+from bridge_core import DISCORD_BUDGET, ChatProvider, MessageRef, ProviderError, SendBudget, Window
 from bridge_core.events import AgentFinished, AgentSpawned, Outcome
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.sending import ChannelSender
@@ -26,7 +26,46 @@ from bridge_core.testing.fake_discord import FakeDiscord
 pytestmark = pytest.mark.anyio
 
 K = 20.0
-JITTER = 0.02  # seconds of scheduling and network noise allowed when re-checking arrivals
+# The sender reads the clock just before calling the provider; the wrapper reads it just after,
+# with no await between, so only a thread switch can separate the two.
+CLOCK_SLACK = 0.005
+
+
+class Timed(ChatProvider):
+    """The real provider, noting when each call left the sender (failed attempts included),
+    so the budget is checked on the times the sender chose, free of network jitter."""
+
+    def __init__(self, inner: ChatProvider) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.capabilities = inner.capabilities
+        self.entries: list[TranscriptEntry] = []
+
+    def _note(self, at: float, op: str, channel: str, message_id: str | None) -> None:
+        self.entries.append(TranscriptEntry(at, op, channel, message_id, ""))
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        at = anyio.current_time()
+        try:
+            ref = await self.inner.post(channel, text, thread=thread)
+        except ProviderError:
+            self._note(at, "error", channel, None)
+            raise
+        self._note(at, "post", channel, ref.message_id)
+        return ref
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        at = anyio.current_time()
+        try:
+            edited = await self.inner.edit(ref, text)
+        except ProviderError:
+            self._note(at, "error", ref.channel, ref.message_id)
+            raise
+        self._note(at, "edit", ref.channel, ref.message_id)
+        return edited
+
+    def escape(self, text: str) -> str:
+        return self.inner.escape(text)
 
 
 def compress(budget: SendBudget, k: float) -> SendBudget:
@@ -45,7 +84,8 @@ async def test_scenario_b_stays_within_discords_budget(
     budget = compress(DISCORD_BUDGET, K)
     config = NotifyConfig(hold=2.0 / K, window=10.0 / K, forget_after=600.0 / K)
     provider = DiscordProvider(make_settings(fake), profile="burst")
-    sender = ChannelSender(provider, channel=str(channel), budget=budget, random=random.Random(1))
+    timed = Timed(provider)
+    sender = ChannelSender(timed, channel=str(channel), budget=budget, random=random.Random(1))
     delivered: dict[str, float] = {}
     notifier = Notifier(
         str(channel),
@@ -83,22 +123,10 @@ async def test_scenario_b_stays_within_discords_budget(
     assert failed == ["b07", "b19"]
     assert len(delivered) == 30
 
-    # The platform never had to refuse, and the arrivals keep the (compressed) budget.
+    # The platform never had to refuse, and the sends keep the (compressed) budget.
     assert fake.rate_limited_creates == 0
-    writes = fake.requests_to("create_message") + fake.requests_to("edit_message")
-    entries = sorted(
-        (
-            TranscriptEntry(
-                t=r.at,
-                op="post" if r.route == "create_message" else "edit",
-                channel=str(channel),
-                message_id=r.params.get("message_id"),
-                text="",
-            )
-            for r in writes
-        ),
-        key=lambda e: e.t,
-    )
-    assert check_budget(entries, budget, tolerance=JITTER) == []
-    assert check_edit_spacing(entries, budget.edit_spacing, tolerance=JITTER) == []
+    entries = sorted(timed.entries, key=lambda e: e.t)
+    assert not any(e.op == "error" for e in entries)
+    assert check_budget(entries, budget, tolerance=CLOCK_SLACK) == []
+    assert check_edit_spacing(entries, budget.edit_spacing, tolerance=CLOCK_SLACK) == []
     assert sum(1 for e in entries if e.op == "edit") >= 2  # the summary was kept current
