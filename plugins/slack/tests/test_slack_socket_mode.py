@@ -14,6 +14,7 @@ import pytest
 from bridge_slack import SlackProvider, SlackSettings
 from pydantic import ValidationError
 
+from bridge_core.inbound.watcher import ReconnectWatcher
 from bridge_core.provider import ConnectionLost, InboundMessage, Unreachable
 from bridge_core.testing.fake_slack import FakeSlack, event_callback, message_event
 
@@ -189,3 +190,32 @@ async def test_a_refused_app_token_is_unreachable(
     assert fake_slack.count("socket") == 0
     assert wrong not in str(caught.value) and wrong not in caplog.text
     assert fake_slack.app_token not in caplog.text
+
+
+async def test_the_cores_watcher_rebuilds_a_dropped_socket_and_dedups_redelivery(
+    socket_settings: dict[str, Any], fake_slack: FakeSlack
+) -> None:
+    sink = Sink()
+    built: list[SlackProvider] = []
+
+    async def factory() -> SlackProvider:
+        built.append(SlackProvider(SlackSettings.model_validate(socket_settings)))
+        return built[-1]
+
+    watcher = ReconnectWatcher(factory, sink, platform="slack", initial_backoff=0.05)
+    body = event_callback(message_event(channel=CHANNEL, text="once", ts="1700000010.000100"))
+    async with anyio.create_task_group() as group:
+        group.start_soon(watcher.run)
+        await in_thread(fake_slack.wait_for_socket)
+        fake_slack.push_event(body)
+        assert (await sink.next()).text == "once"
+        fake_slack.socket_drop()
+        await in_thread(lambda: fake_slack.wait_for_socket(2))
+        fake_slack.push_event(body, retry_attempt=1)  # Slack redelivers over the new socket
+        fake_slack.push_event(event_callback(message_event(channel=CHANNEL, text="next")))
+        assert (await sink.next()).text == "next"
+        group.cancel_scope.cancel()
+    for provider in built:
+        await provider.aclose()
+    assert [m.text for m in sink.messages] == ["once", "next"]
+    assert (watcher.reconnects, len(built)) == (1, 2)
