@@ -225,6 +225,11 @@ class Notifier:
         elif isinstance(event, AgentSpawned):
             if agent is not None and not agent.terminal:
                 return  # a repeated spawn of a running agent changes nothing
+            if agent is not None and agent.phase == _HOLDING:
+                # Its previous life ended inside the hold: post that end now, on its own.
+                self._holding.get(agent.workspace, {}).pop(agent.name, None)
+                agent.phase = _LIVE
+                self._submit_agent(agent)
             self._finished.pop(event.agent, None)
             self._spawn(event, event.title)
         elif isinstance(event, (AgentFinished, AgentGone)):

@@ -301,3 +301,16 @@ async def test_a_deleted_summary_comes_back_once_with_the_counts(open_channel) -
     assert "1 done, 4 running" in posts[1].text
     final = [e for e in entries if e.message_id == posts[1].message_id][-1]
     assert "5 done, 0 running, 0 failed" in final.text and final.t == 20.0
+
+
+async def test_a_life_that_ends_inside_the_hold_survives_a_respawn(open_channel) -> None:
+    async with open_channel() as ch:
+        ch.notifier.handle(AgentSpawned("a1", "w1"))
+        await anyio.sleep_until(0.5)
+        ch.notifier.handle(done("a1", outcome=Outcome.FAILED))
+        await anyio.sleep_until(1.0)
+        ch.notifier.handle(AgentSpawned("a1", "w1"))
+        await ch.until_idle()
+        entries = ch.entries()
+    assert [(e.t, e.op) for e in entries] == [(1.0, "post"), (3.0, "post")]
+    assert "failed" in entries[0].text and "running" in entries[1].text
