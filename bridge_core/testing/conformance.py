@@ -28,7 +28,11 @@ The contract it checks (the core relies on each point):
 - each scripted platform fault maps onto the core taxonomy (``Fault.expected``); rate limits are
   surfaced with their ``retry_after`` at once, never slept on; a fault never poisons the provider;
 - secrets never appear in reprs, error messages, tracebacks or log records;
-- ``escape`` leaves agent text unable to ping everyone.
+- ``escape`` leaves agent text unable to ping everyone;
+- with an ``inbound`` driver (``http_inbound("POST", "/events", make_request)`` for providers
+  that serve ``http_routes``): a person's message reaches the sink with a ``message_id`` that
+  a redelivery repeats, and messages from bots, from the bridge itself and forged requests
+  never reach it.
 """
 
 from __future__ import annotations
