@@ -288,3 +288,22 @@ def test_escape_breaks_mass_mentions(
     escaped = provider.escape("@everyone and @here, <@123>")
     assert "@everyone" not in escaped and "@here" not in escaped
     assert "<@123>" in escaped  # harmless with allowed_mentions none, and useful to read
+
+
+async def test_global_429_is_absorbed_within_the_deadline(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    fake.script("create_message", FakeDiscord.rate_limited(0.2, is_global=True))
+    ref = await provider.post(str(channel), "after the global wait")
+    assert [m["id"] for m in fake.messages_in(channel)] == [ref.message_id]
+
+
+async def test_login_failures(
+    fake: FakeDiscord, make_settings: Callable[..., DiscordSettings], channel: int
+) -> None:
+    fake.script("get_me", FakeDiscord.error(503, 0, "Service Unavailable"))
+    async with DiscordProvider(make_settings(fake), profile="p") as provider:
+        with pytest.raises(TransportError, match="login"):
+            await provider.post(str(channel), "not yet")
+        await provider.post(str(channel), "logged in on the next call")
+    assert fake.count("get_me") == 2

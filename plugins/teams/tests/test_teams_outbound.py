@@ -233,3 +233,34 @@ def test_escape_neutralises_at_tags_and_mass_pings(
     assert "<at" not in escaped.lower() and "</at" not in escaped.lower()
     assert "@everyone" not in escaped
     assert provider.escape("a < b & c") == "a < b & c"
+
+
+async def test_throttled_without_retry_after_lets_the_sender_back_off(
+    fake: FakeTeams, provider: TeamsProvider, channel: str
+) -> None:
+    fake.script("send_activity", FakeTeams.error(429, "Throttled"))
+    with pytest.raises(RateLimited) as caught:
+        await provider.post(channel, "too fast")
+    assert caught.value.retry_after is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (Reply.dropped(), TransportError),
+        (Reply.json({"error": "temporarily_unavailable"}, status=503), TransportError),
+        (Reply.json({"error": "invalid_client"}, status=401), Unreachable),
+    ],
+)
+async def test_token_service_failures(
+    fake: FakeTeams,
+    provider: TeamsProvider,
+    channel: str,
+    reply: Reply,
+    expected: type[ProviderError],
+) -> None:
+    fake.script("token", reply)
+    with pytest.raises(expected):
+        await provider.post(channel, "needs a token")
+    assert fake.count("send_activity") == 0
+    await provider.post(channel, "the token service is back")  # nothing stuck
