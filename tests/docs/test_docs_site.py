@@ -283,3 +283,17 @@ def test_the_events_page_lists_every_kind_with_valid_json(site: Path) -> None:
     for sample in samples:
         parsed = events.parse_event(json.loads(html_module.unescape(sample)))
         assert not isinstance(parsed, events.UnknownEvent)
+
+
+def test_the_provider_type_fields_are_all_described(site: Path) -> None:
+    import dataclasses
+
+    from bridge_core.hookspecs import ProviderContext, ProviderType
+
+    html = page(site, "plugins/hooks")
+    for field in dataclasses.fields(ProviderType):
+        if field.name == "distribution":  # filled in by the loader, not by the plugin
+            continue
+        assert f"<td><code>{field.name}</code></td>" in html, f"ProviderType.{field.name}"
+    for field in dataclasses.fields(ProviderContext):
+        assert f"<code>{field.name}</code>" in html, f"ProviderContext.{field.name}"
