@@ -95,13 +95,16 @@ class DeliveryLedger:
 
     # ------------------------------------------------------------------ recording and sending
 
-    async def record(self, reply: Reply) -> Obligation:
-        """Record ``reply`` durably (as ``pending``); an already recorded id returns its row."""
+    def _check_profile(self, reply: Reply) -> None:
         if reply.profile not in self.profiles:
             raise ValueError(
                 f"reply {reply.obligation_id!r} is for profile {reply.profile!r}, but this "
                 f"ledger serves {sorted(self.profiles)}: record it in that profile's gateway"
             )
+
+    async def record(self, reply: Reply) -> Obligation:
+        """Record ``reply`` durably (as ``pending``); an already recorded id returns its row."""
+        self._check_profile(reply)
         row, _created = await self.store.record(reply, now=self._clock())
         return row
 
@@ -110,6 +113,7 @@ class DeliveryLedger:
 
         Recording again an id that exists sends nothing: the row is whoever recorded it first's.
         """
+        self._check_profile(reply)
         row, created = await self.store.record(reply, now=self._clock())
         if not created:
             return row
@@ -224,17 +228,17 @@ class DeliveryLedger:
             counts["marked"] += outcome.marked
 
         cursor = scope.after
-        while True:
-            page = await self.store.candidates(
-                dataclasses.replace(scope, after=cursor), now=self._clock()
-            )
-            async with anyio.create_task_group() as group:
+        async with anyio.create_task_group() as group:
+            while True:  # the next page is read while the last one's sends finish
+                page = await self.store.candidates(
+                    dataclasses.replace(scope, after=cursor), now=self._clock()
+                )
                 for row in page:
                     await limiter.acquire()
                     group.start_soon(one, row)
-            if len(page) < scope.limit:
-                break
-            cursor = (page[-1].created_at, page[-1].id)
+                if len(page) < scope.limit:
+                    break
+                cursor = (page[-1].created_at, page[-1].id)
         return SweepReport(**counts)
 
     async def boot_sweep(self) -> SweepReport:

@@ -90,6 +90,8 @@ class SQLiteLedgerStore:
         self._me = current_owner()
         self._owner = owner if owner is not None else str(self._me)
         self.writer = SQLiteWriter(str(self.path), setup=self._setup)
+        self._dead: set[str] = set()
+        self._live_now: set[str] = set()
 
     @property
     def owner(self) -> str:
@@ -125,7 +127,23 @@ class SQLiteLedgerStore:
         return None
 
     def _alive(self, owner: str) -> bool:
-        return owner == self._owner or is_alive_here(owner, me=self._me)
+        """Whether ``owner`` runs. Called per row by SQL (``owner_alive``), so it remembers: a
+        dead owner stays dead (its pid and start time never come back); a live one is
+        remembered only within one statement (``_forget_live`` runs before each)."""
+        if owner == self._owner or owner in self._live_now:
+            return True
+        if owner in self._dead:
+            return False
+        if is_alive_here(owner, me=self._me):
+            self._live_now.add(owner)
+            return True
+        if len(self._dead) > 10_000:
+            self._dead.clear()
+        self._dead.add(owner)
+        return False
+
+    def _forget_live(self) -> None:
+        self._live_now.clear()
 
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
         me = self._owner
@@ -167,21 +185,17 @@ class SQLiteLedgerStore:
         return await self.writer.call(run)
 
     async def candidates(self, scope: Scope, *, now: float) -> list[Obligation]:
+        where, params = scope_where(
+            scope,
+            now=now,
+            me=self._owner,
+            dead_sql="owner IS NULL OR (owner != ? AND NOT owner_alive(owner))",
+            dead_params=(self._owner,),
+            ph="?",
+        )
+
         def run(conn: sqlite3.Connection) -> list[Obligation]:
-            owners = [
-                owner
-                for (owner,) in conn.execute(
-                    "SELECT DISTINCT owner FROM ledger WHERE owner IS NOT NULL AND state IN "
-                    "('pending', 'attempting', 'failed')"
-                )
-            ]
-            live = [owner for owner in owners if self._alive(owner)]
-            if self._owner not in live:
-                live.append(self._owner)
-            dead_sql = f"owner IS NULL OR owner NOT IN ({', '.join('?' * len(live))})"
-            where, params = scope_where(
-                scope, now=now, me=self._owner, dead_sql=dead_sql, dead_params=live, ph="?"
-            )
+            self._forget_live()
             return [
                 to_obligation(found) for found in conn.execute(f"{_SELECT} WHERE {where}", params)
             ]
@@ -192,6 +206,7 @@ class SQLiteLedgerStore:
         me = self._owner
 
         def run(conn: sqlite3.Connection) -> Obligation | None:
+            self._forget_live()
             found = conn.execute(
                 "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
                 "attempts = attempts + 1, "

@@ -327,6 +327,8 @@ async def test_a_process_claims_only_its_profiles_rows() -> None:
     assert [d.profile for _, d in platform.sent] == ["X"]
     with pytest.raises(ValueError, match="profile 'Z'"):
         await only_x.ledger.record(reply("d", profile="Z"))
+    with pytest.raises(ValueError, match="profile 'Z'"):
+        await only_x.ledger.submit(reply("d", profile="Z"))
 
 
 async def test_rows_of_a_disconnected_platform_keep_their_attempts() -> None:
