@@ -33,8 +33,8 @@ __all__ = ["command"]
 @click.option(
     "--interactive/--scripted",
     default=None,
-    help="Answer typed lines (default when standard input is a terminal) or play scripted "
-    "user messages.",
+    help="Answer lines from standard input (the default; scripted user messages play until "
+    "the first line) or ignore standard input and play only the scripted ones.",
 )
 def command(seconds: float, forever: bool, data_dir: Path | None, interactive: bool | None) -> None:
     """Show what the bridge does: live messages, a burst summary, a crash, a rate-limit pause,

@@ -24,11 +24,14 @@ from typing import Any, TextIO
 
 import anyio
 
+from bridge_core import __version__
 from bridge_core.config import BridgeConfig, parse_config
 from bridge_core.events import parse_event
+from bridge_core.hookspecs import ProviderType
 from bridge_core.ledger import is_marked, open_store
-from bridge_core.plugins import create_plugin_manager
+from bridge_core.plugins import ProviderRegistry, RegisteredProvider
 from bridge_core.provider import InboundMessage, RateLimited
+from bridge_core.providers import console as console_provider
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.runtime.agents import echo_agent
 from bridge_core.runtime.gateway import Gateway, GatewayOptions
@@ -131,7 +134,11 @@ def demo_config(data_dir: Path, transcript: Path) -> BridgeConfig:
         "channels": {DEMO_CHANNEL: {"profile": DEMO_PROFILE, "channel_id": DEMO_CHANNEL}},
         "stores": {"ledger": str(data_dir / "bridge.sqlite3")},
     }
-    return parse_config(data, providers=create_plugin_manager().providers)
+    # only the built-in console is needed: loading every installed platform SDK costs seconds
+    found: list[ProviderType] = []
+    console_provider.register_providers(found.append)
+    registry = ProviderRegistry([RegisteredProvider(t, "bridge-core", __version__) for t in found])
+    return parse_config(data, providers=registry)
 
 
 async def run_demo(
@@ -143,12 +150,17 @@ async def run_demo(
     output: TextIO | None = None,
     stdin: TextIO | None = None,
 ) -> DemoReport:
-    """Run the demo; returns what happened. ``interactive`` (default: stdin is a terminal)
-    answers typed lines instead of the scripted user messages."""
+    """Run the demo; returns what happened.
+
+    Lines on standard input (typed, or piped) are user messages the echo agent answers; until
+    the first one arrives, the scripted user messages play (so an empty or closed stdin still
+    shows replies). ``interactive=False`` ignores stdin; ``True`` or ``None`` (the default)
+    reads it, and a terminal gets a prompt.
+    """
     out = output if output is not None else sys.stdout
     source = stdin if stdin is not None else sys.stdin
-    if interactive is None:
-        interactive = source.isatty()
+    read_input = interactive is not False
+    prompt = read_input and source.isatty()
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="chatbridge-demo-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     transcript = data_dir / "transcript.jsonl"
@@ -165,9 +177,13 @@ async def run_demo(
     )
     counter = 0
     users = 0
+    events_sent = 0
+    typed_lines = 0
 
     async def say(text: str) -> None:
         nonlocal counter, users
+        if not gateway.accepting:
+            return
         counter += 1
         users += 1
         message = InboundMessage(
@@ -184,35 +200,41 @@ async def run_demo(
 
     print(
         f"chatbridge demo: a simulated fleet posting to #{DEMO_CHANNEL} through the real gateway"
-        + (" (type a message and press Enter to talk to the echo agent)" if interactive else ""),
+        + (" (type a message and press Enter to talk to the echo agent)" if prompt else ""),
         file=out,
         flush=True,
     )
     started = anyio.current_time()
 
     async def play() -> None:
+        nonlocal events_sent
         # (when, what): a fleet event, a user message, or None for the scripted rate limit
         timeline: list[tuple[float, Event | str | None]] = [*FLEET, (RATE_LIMIT_AT, None)]
-        if not interactive:
-            timeline += SCRIPTED_USER
+        timeline += SCRIPTED_USER
         for at, what in sorted(timeline, key=lambda item: item[0]):
             await anyio.sleep_until(started + at)
+            if not gateway.accepting:  # stopped before the script ended (--seconds)
+                return
             if what is None:
                 provider.script_fault(
                     DEMO_CHANNEL,
                     RateLimited("scripted by the demo", retry_after=RATE_LIMIT_SECONDS),
                 )
             elif isinstance(what, str):
-                await say(what)
+                if not typed_lines:  # a real user has the floor once they have spoken
+                    await say(what)
             else:
                 await gateway.accept_events([parse_event(what)])
+                events_sent += 1
 
     async def typed() -> None:
+        nonlocal typed_lines
         while True:
             line = await anyio.to_thread.run_sync(source.readline, abandon_on_cancel=True)
             if not line:
                 return
             if line.strip():
+                typed_lines += 1
                 await say(line.strip())
 
     async def drive(tg: anyio.abc.TaskGroup) -> None:
@@ -220,7 +242,7 @@ async def run_demo(
         await gateway.ready.wait()
         started = anyio.current_time()
         tg.start_soon(play)
-        if interactive:
+        if read_input:
             tg.start_soon(typed)
         if not forever:
             await anyio.sleep_until(started + seconds)
@@ -231,7 +253,7 @@ async def run_demo(
         await gateway.run()  # returns after the graceful stop
         tg.cancel_scope.cancel()
     report = await _report(
-        anyio.current_time() - started, data_dir, transcript, events=len(FLEET), users=users
+        anyio.current_time() - started, data_dir, transcript, events=events_sent, users=users
     )
     print(report.render(), file=out, flush=True)
     return report

@@ -483,6 +483,11 @@ class Gateway:
 
     # ------------------------------------------------------------------ the API backend
 
+    @property
+    def accepting(self) -> bool:
+        """Serving and taking new work (False while starting and once stopping)."""
+        return self._accepting
+
     def _check_accepting(self) -> None:
         if self._accepting:
             return
