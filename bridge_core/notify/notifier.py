@@ -80,7 +80,7 @@ class NotifierStats:
 class _Slot:
     """One message the notifier keeps current: an agent's, or a summary's."""
 
-    key: tuple[str, str, int]
+    key: tuple[int, str, int]
     ref: MessageRef | None = None
     version: int = 0
     rendered: int = -1
@@ -282,8 +282,10 @@ class Notifier:
     # ------------------------------------------------------------------ spawns, holds, bursts
 
     def _new_slot(self, kind: str, name: str) -> _Slot:
+        # Keys are unique per notifier too: two notifiers may share one sender (a restart in
+        # one process), and must never replace each other's work.
         self._serial += 1
-        return _Slot(key=(self.channel, kind + ":" + name, self._serial))
+        return _Slot(key=(id(self), kind + ":" + name, self._serial))
 
     def _spawn(self, event: FleetEvent, title: str) -> _Agent:
         now = anyio.current_time()
