@@ -297,3 +297,22 @@ def test_the_provider_type_fields_are_all_described(site: Path) -> None:
         assert f"<td><code>{field.name}</code></td>" in html, f"ProviderType.{field.name}"
     for field in dataclasses.fields(ProviderContext):
         assert f"<code>{field.name}</code>" in html, f"ProviderContext.{field.name}"
+
+
+def test_the_provider_contract_page_names_every_method_and_capability(site: Path) -> None:
+    import dataclasses
+    import inspect
+
+    from bridge_core.provider import Capabilities, ChatProvider
+
+    html = page(site, "plugins")
+    methods = [
+        name
+        for name, member in inspect.getmembers(ChatProvider)
+        if not name.startswith("_") and inspect.isfunction(member)
+    ]
+    assert {"post", "edit", "probe", "receive", "http_routes", "escape", "aclose"} <= set(methods)
+    for name in methods:
+        assert name in html, f"ChatProvider.{name} is not described in plugins/index.md"
+    for field in dataclasses.fields(Capabilities):
+        assert field.name in html, f"Capabilities.{field.name} is not described"
