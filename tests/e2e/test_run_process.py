@@ -170,7 +170,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path, gateways: list[GatewayPro
     gw.start()
     for i in range(5):
         gw.post("/v1/messages", {"channel": "ops", "text": f"slow {i}"})
-    gw.signal(signal.SIGTERM)
+    gw.signal(signal.SIGINT)  # Ctrl-C first, then a SIGTERM
     wait_for(
         lambda: any("stopping" in str(r.get("msg")) for r in gw.log_records()),
         what="the graceful stop to begin",
