@@ -314,3 +314,27 @@ async def test_a_life_that_ends_inside_the_hold_survives_a_respawn(open_channel)
         entries = ch.entries()
     assert [(e.t, e.op) for e in entries] == [(1.0, "post"), (3.0, "post")]
     assert "failed" in entries[0].text and "running" in entries[1].text
+
+
+async def test_replies_and_notifications_share_one_budget(open_channel) -> None:
+    from bridge_core.sending import Post, Priority
+
+    async with open_channel(budget=SLACK_BUDGET) as ch:
+        for n in range(4):
+            ch.notifier.handle(AgentSpawned(f"a{n}", "w1"))
+        await anyio.sleep_until(10.0)
+        for step in range(200):
+            ch.notifier.handle(StatusChanged(f"a{step % 4}", "w1", status=f"s{step}"))
+        # A reply to a person, the ledger's way: it waits for the outcome.
+        ref = await ch.sender.send(Post("reply to Ana"), priority=Priority.TERMINAL)
+        replied_at = anyio.current_time()
+        await ch.until_idle()
+        entries = ch.entries()
+    assert ch.provider.text_of(ref.message_id) == "reply to Ana"
+    reply = [e for e in entries if e.text == "reply to Ana"]
+    assert len(reply) == 1 and reply[0].t == replied_at
+    # At 10 s the bucket holds 3 sends: the reply goes first, ahead of the 4 queued edits.
+    at_ten = [e for e in entries if e.t == 10.0]
+    assert replied_at == 10.0 and len(at_ten) == 3 and at_ten[0].text == "reply to Ana"
+    assert all(e.op == "edit" for e in at_ten[1:])
+    assert_paced(entries, SLACK_BUDGET)
