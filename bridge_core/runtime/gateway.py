@@ -121,6 +121,7 @@ class GatewayOptions:
     public_url: str | None = None  # how platforms reach this gateway (handed to providers)
     ledger_lease: float | None = None  # PostgreSQL owner lease (tests, unusual deployments)
     ledger_table_prefix: str = "bridge_"
+    ledger_owner: str | None = None  # this process's owner id in the ledger (tests)
     reconnect_backoff: float = DEFAULT_INITIAL_BACKOFF  # first wait before rebuilding inbound
 
 
@@ -276,7 +277,11 @@ class Gateway:
                 await self._store.open()
             else:
                 where = stores.ledger_url or str(stores.ledger_path)
-                self._store = await open_store(where, table_prefix=self.options.ledger_table_prefix)
+                self._store = await open_store(
+                    where,
+                    owner=self.options.ledger_owner,
+                    table_prefix=self.options.ledger_table_prefix,
+                )
             stack.push_async_callback(self._store.aclose)
             self._ledger = DeliveryLedger(
                 self._store,

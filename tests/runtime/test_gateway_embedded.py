@@ -4,6 +4,7 @@ writing a transcript): events, messages, turns, busy agents, health, metrics, gr
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections.abc import Sequence
@@ -236,3 +237,45 @@ async def test_a_taken_port_is_a_clear_startup_error(tmp_path: Path) -> None:
         gateway = Gateway(make_config(tmp_path), options=GatewayOptions(port=port))
         with pytest.raises(GatewayError, match=f"cannot listen on 127.0.0.1:{port}"):
             await gateway.run()
+
+
+@pytest.mark.anyio
+async def test_a_crash_between_the_ledger_row_and_the_frame_answers_once(tmp_path: Path) -> None:
+    runs: list[str] = []
+
+    async def agent(turn: Turn, history: Sequence[LogRecord]) -> str:
+        runs.append(turn.text)
+        return f"echo: {turn.text}"
+
+    config = make_config(tmp_path)
+    crashed = f"{socket.gethostname()}|{os.getpid()}|a-run-that-died"
+    first = Gateway(
+        config,
+        options=GatewayOptions(http=False, settle=0.0, heartbeat=0.2, ledger_owner=crashed),
+        agents={"ops": agent},
+    )
+    async with first:
+        log = first.channels["ops"].log
+        assert log is not None
+
+        async def crash(*args: Any) -> Any:
+            raise RuntimeError("the process died here")
+
+        log.record_frame = crash  # type: ignore[method-assign]
+        assert await first.inbound("con", message(7, "hello"))
+        await until(lambda: runs == ["hello"])
+        counts: dict[str, int] = {}
+        while counts.get("pending") != 1:
+            counts = await first.ledger_counts()
+            await anyio.sleep(0.01)
+    assert not [p for p in posts(tmp_path) if p["op"] == "post"]  # recorded, never sent
+
+    second = Gateway(
+        config, options=GatewayOptions(http=False, settle=0.0, heartbeat=0.2), agents={"ops": agent}
+    )
+    async with second:
+        await until(lambda: len(runs) == 2)  # the turn had no frame: it is answered again
+        await until(lambda: second.channels["ops"].answered == 1)
+        assert (await second.ledger_counts())["delivered"] == 1
+    sent = [p["text"] for p in posts(tmp_path) if p["op"] == "post"]
+    assert sent == ["echo: hello"]  # the boot sweep sent the row clean; the re-answer added none
