@@ -46,6 +46,7 @@ Exception hierarchy::
 
 from bridge_core.ownership.hashing import member_seed, owner_of, score
 from bridge_core.ownership.log import (
+    DEFAULT_RETENTION,
     DEFAULT_SEEN_TTL,
     AgentBusy,
     Backlog,
@@ -63,6 +64,7 @@ from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView, Vie
 
 __all__ = [
     "DEFAULT_MAX_CONVERSATIONS",
+    "DEFAULT_RETENTION",
     "DEFAULT_SEEN_TTL",
     "AgentBusy",
     "AgentGroupMember",

@@ -26,12 +26,17 @@ __all__ = [
     "LogUnavailable",
     "NotAMember",
     "OwnershipError",
+    "DEFAULT_RETENTION",
     "DEFAULT_SEEN_TTL",
 ]
 
-DEFAULT_SEEN_TTL = 7 * 24 * 3600.0
+DEFAULT_SEEN_TTL = 24 * 3600.0
 """How long an admitted message id is remembered durably (a replay older than this is a new
-turn). A week outlasts every platform's redelivery (Slack retries within about 5 minutes)."""
+turn). A day outlasts every platform's redelivery (Slack's last retry comes about 5 minutes
+after the first; a Discord resume replays only the minutes a connection was down)."""
+
+DEFAULT_RETENTION = 7 * 24 * 3600.0
+"""How long the embedded log keeps turns and frames (the Redis log is capped by length)."""
 
 
 class OwnershipError(Exception):

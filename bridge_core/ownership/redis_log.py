@@ -282,9 +282,8 @@ class RedisConversationLog:
     async def read(
         self, *, after_seq: int, limit: int = 1000, wait: float = 0.0
     ) -> list[LogRecord]:
-        block = int(wait * 1000) if wait > 0 else None
-        if block == 0:
-            block = 1
+        # stay well inside redis-py's socket timeout (5 s by default) when blocking
+        block = max(1, int(min(wait, 2.0) * 1000)) if wait > 0 else None
         reply = await self._call(
             self.client.xread({self.stream_key: stream_id_of(after_seq)}, count=limit, block=block)
         )

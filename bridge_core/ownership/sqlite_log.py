@@ -28,6 +28,7 @@ from bridge_core.conversation import Frame, Join, Leave, LeaveReason, LogRecord,
 from bridge_core.conversation import conversation_id as make_conversation_id
 from bridge_core.ownership.backlog import rewind_members
 from bridge_core.ownership.log import (
+    DEFAULT_RETENTION,
     DEFAULT_SEEN_TTL,
     Backlog,
     JoinResult,
@@ -116,6 +117,7 @@ class _Tx:
         self._last: float | None = None
         self.prev_seq = 0  # the channel's last seq before this transaction's first insert
         self.created: list[LogRecord] = []
+        self.pruned = False
 
     def now(self) -> float:
         if self._last is None:
@@ -165,11 +167,13 @@ class SqliteConversationLog:
         *,
         channel: str,
         seen_ttl: float,
+        retention: float,
         clock: Callable[[], float],
         poll_interval: float,
     ) -> None:
         self.channel = channel
         self.seen_ttl = seen_ttl
+        self.retention = retention
         self.poll_interval = poll_interval
         self._clock = clock
         self._writer = writer
@@ -180,6 +184,7 @@ class SqliteConversationLog:
         self._writing = False
         self._changed = anyio.Event()
         self._admits = 0
+        self.prune_every = _PRUNE_EVERY  # admissions between prunes of old ids and records
         self.commits = 0
         # A contiguous run of this channel's records: every record with _cache_after < seq <=
         # _cache_end. Members of this process read from it instead of each querying the file.
@@ -187,6 +192,7 @@ class SqliteConversationLog:
         self._cache_after: int | None = None
         self._cache_end = 0
         self._verified_at = float("-inf")  # when _cache_end was last known to be the log's end
+        self._foreign_writes = False
         self.db_reads = 0
 
     @classmethod
@@ -196,9 +202,16 @@ class SqliteConversationLog:
         *,
         channel: str,
         seen_ttl: float = DEFAULT_SEEN_TTL,
+        retention: float = DEFAULT_RETENTION,
         clock: Callable[[], float] = time.time,
         poll_interval: float = 0.05,
     ) -> SqliteConversationLog:
+        """Open (creating the tables if needed) ``channel``'s log in the SQLite file ``path``.
+
+        Admitted message ids are kept ``seen_ttl`` seconds, turns and frames ``retention``
+        seconds (both pruned every 1000 admissions); ``clock`` is the writer's wall clock.
+        """
+
         def connect() -> tuple[sqlite3.Connection, sqlite3.Connection]:
             writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             writer.execute("PRAGMA busy_timeout = 10000")
@@ -220,6 +233,7 @@ class SqliteConversationLog:
             reader,
             channel=channel,
             seen_ttl=seen_ttl,
+            retention=retention,
             clock=clock,
             poll_interval=poll_interval,
         )
@@ -239,6 +253,8 @@ class SqliteConversationLog:
                         tx = await anyio.to_thread.run_sync(
                             self._commit, batch, limiter=self._write_lock
                         )
+                        if tx is not None and tx.pruned:
+                            self._cache, self._cache_after = [], None  # it may hold pruned rows
                         if tx is not None and tx.created:
                             self._cache_own(tx.prev_seq, tx.created)
                         for item in batch:
@@ -294,12 +310,17 @@ class SqliteConversationLog:
             message.channel, thread=message.thread, author=message.author
         )
         self._admits += 1
-        prune = self._admits % _PRUNE_EVERY == 0
+        prune = self._admits % self.prune_every == 0
 
         def op(tx: _Tx) -> Turn | None:
             now = tx.now()
             if prune:
                 tx.conn.execute("DELETE FROM log_seen WHERE seen_at < ?", (now - self.seen_ttl,))
+                tx.conn.execute(
+                    "DELETE FROM log_records WHERE channel = ? AND inserted_at < ?",
+                    (self.channel, now - self.retention),
+                )
+                tx.pruned = True
             cursor = tx.conn.execute(
                 "INSERT OR IGNORE INTO log_seen (channel, message_id, seen_at) VALUES (?, ?, ?)",
                 (self.channel, message.message_id, now),
@@ -451,8 +472,9 @@ class SqliteConversationLog:
         if after_seq < self._cache_end:
             start = bisect.bisect_right(self._cache, after_seq, key=_seq)
             return self._cache[start : start + limit]
-        if after_seq == self._cache_end:
-            # nothing newer that we know of; other processes' writes are seen within a poll
+        if after_seq == self._cache_end and not self._foreign_writes:
+            # nothing newer that we know of (this handle is the channel's only writer so far);
+            # a write by another process is still seen within a poll
             fresh = anyio.current_time() - self._verified_at < self.poll_interval
             return [] if fresh else None
         return None
@@ -471,7 +493,10 @@ class SqliteConversationLog:
             self._extend_cache(created)
             self._verified_at = anyio.current_time()
         else:
-            self._verified_at = float("-inf")  # another writer's records lie in between
+            # another handle wrote this channel in between: from now on "nothing newer" is
+            # always checked against the file
+            self._foreign_writes = True
+            self._cache, self._cache_after = [], None
 
     def _extend_cache(self, records: list[LogRecord]) -> None:
         if not records:

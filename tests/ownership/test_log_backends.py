@@ -234,3 +234,24 @@ async def test_sqlite_inserted_at_never_goes_back_with_the_clock(tmp_path: Path)
     assert first is not None and second is not None
     assert second.inserted_at >= first.inserted_at == 1000.0
     await log.aclose()
+
+
+async def test_sqlite_prunes_old_seen_ids_and_records(tmp_path: Path) -> None:
+    from bridge_core.ownership.sqlite_log import SqliteConversationLog
+
+    now = [1000.0]
+    log = await SqliteConversationLog.open(
+        str(tmp_path / "b.db"), channel="C", clock=lambda: now[0], seen_ttl=60.0, retention=120.0
+    )
+    log.prune_every = 1
+    await log.join("a", settle=0.0)
+    old = await log.admit(message("old"))
+    now[0] += 100.0
+    assert await log.admit(message("old")) is not None  # its id is past seen_ttl: a new turn
+    now[0] += 50.0
+    await log.admit(message("new"))
+    records = await log.read(after_seq=0)
+    assert old not in records  # past the retention
+    assert [r.message_id for r in records if isinstance(r, Turn)] == ["old", "new"]
+    assert (await log.stats()).members == 1  # membership is not pruned with its join record
+    await log.aclose()
