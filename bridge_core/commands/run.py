@@ -88,6 +88,17 @@ def command(
 ) -> None:
     """Serve the configured channels: notifications, replies and the HTTP API."""
     config = load_cli_config(config_path)
+    if events == "-":
+        readers = [
+            name
+            for name, profile in config.profiles.items()
+            if getattr(profile.settings, "inbound", None) in ("-", "stdin")
+        ]
+        if readers:
+            raise click.ClickException(
+                f"--events - and profile {readers[0]!r} (inbound = \"-\") would both read "
+                "standard input; give one of them a file instead"
+            )
     configure_logging(
         fmt="json" if log_format == "json" else "text",
         level=log_level.upper(),
