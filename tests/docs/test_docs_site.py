@@ -26,14 +26,22 @@ DOCS = REPO / "docs"
 
 
 def _load_hooks() -> ModuleType:
+    """Load ``docs/hooks.py`` the way mkdocs does: its folder on ``sys.path`` while it loads."""
     spec = importlib.util.spec_from_file_location("bridge_docs_hooks", DOCS / "hooks.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(DOCS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(DOCS))
     return module
 
 
 hooks = _load_hooks()
+docgen_config = sys.modules["bridge_docgen.config"]
+docgen_text = sys.modules["bridge_docgen.text"]
+docgen_tables = sys.modules["bridge_docgen.code_tables"]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +84,8 @@ def test_every_page_of_the_nav_is_built(site: Path) -> None:
         else:
             built = site / relative.with_suffix("") / "index.html"
         assert built.is_file(), f"{relative} was not built"
-    assert "hooks.py" not in {p.name for p in site.rglob("*")}
+    names = {p.name for p in site.rglob("*")}
+    assert "hooks.py" not in names and "bridge_docgen" not in names
 
 
 def test_no_marker_is_left_unexpanded(site: Path) -> None:
@@ -98,7 +107,7 @@ def test_the_config_reference_lists_every_key_of_every_model(site: Path) -> None
             if field.exclude:
                 continue
             assert f"<code>{field.alias or name}</code>" in html, f"{model.__name__}.{name}"
-            models.extend(hooks._models_in(field.annotation))
+            models.extend(docgen_text.models_in(field.annotation))
     assert len(seen) >= 5
     # Defaults come from the models too.
     assert "<code>8787</code>" in html
@@ -131,7 +140,7 @@ def test_every_decision_record_is_listed(site: Path) -> None:
 
 def test_every_hookspec_is_documented_with_its_signature(site: Path) -> None:
     html = page(site, "plugins/hooks")
-    names = hooks.hookspec_names()
+    names = docgen_tables.hookspec_names()
     assert "register_providers" in names
     for name in names:
         assert f'id="{name}"' in html, f"no section for hook {name}"
@@ -192,7 +201,7 @@ class Outer(BaseModel):
 
 
 def test_render_model_walks_nested_tables() -> None:
-    text = hooks.render_model(Outer, notes={"Outer.flag": "From the notes."})
+    text = docgen_config.render_model(Outer, notes={"Outer.flag": "From the notes."})
     assert "### Top level" in text
     assert "| `name` | `str` | **required** | A name. |" in text
     assert "| `flag` | `bool` | `true` | From the notes. |" in text
@@ -211,9 +220,11 @@ def test_field_notes_name_existing_fields() -> None:
             key = f"{model.__name__}.{name}"
             if key not in fields:
                 fields.add(key)
-                models.extend(hooks._models_in(field.annotation))
-    stale = sorted(set(hooks.FIELD_NOTES) - fields)
-    assert stale == [], f"FIELD_NOTES in docs/hooks.py names fields that do not exist: {stale}"
+                models.extend(docgen_text.models_in(field.annotation))
+    stale = sorted(set(docgen_config.FIELD_NOTES) - fields)
+    assert stale == [], (
+        f"FIELD_NOTES in docs/bridge_docgen/config.py names fields that do not exist: {stale}"
+    )
 
 
 def test_an_unknown_marker_fails_the_build() -> None:
