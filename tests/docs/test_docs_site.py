@@ -257,8 +257,9 @@ def test_toml_examples_in_the_docs_are_valid_config() -> None:
             if not {"profiles", "channels", "stores"} & set(data):
                 continue
             # Values shaped like the real secrets, which some settings models check.
+            shapes = {"SLACK_APP_TOKEN": "xapp-0000-docs", "SLACK_BOT_TOKEN": "xoxb-0000-docs"}
             environ = {
-                name: "xoxb-0000-docs" if name.startswith("SLACK") else "docs-secret"
+                name: shapes.get(name, "docs-secret")
                 for name in re.findall(r'env = "(\w+)"', block)
             }
             if "channels" in data and "profiles" not in data:
