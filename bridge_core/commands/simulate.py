@@ -291,7 +291,8 @@ def run_simulation(
             group.start_soon(sender.run)
             group.start_soon(notifier.run)
             for index, (t, item) in enumerate(items):
-                await anyio.sleep_until(t)
+                if t > anyio.current_time():  # simultaneous lines go in without a scheduler pass
+                    await anyio.sleep_until(t)
                 if isinstance(item, Fault):
                     provider.script_fault(CHANNEL, item.error)
                 else:
