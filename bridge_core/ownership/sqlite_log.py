@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from bridge_core.conversation import Frame, Join, Leave, LeaveReason, LogRecord, Turn
 from bridge_core.conversation import conversation_id as make_conversation_id
@@ -249,6 +250,9 @@ class SqliteConversationLog:
                 # the drain must finish for every queued caller, even if this one is cancelled
                 with anyio.CancelScope(shield=True):
                     while self._queue:
+                        # let the callers woken by the last commit queue their next writes, so
+                        # batches grow with the load instead of alternating big and small
+                        await anyio.lowlevel.checkpoint()
                         batch, self._queue = self._queue, []
                         tx = await anyio.to_thread.run_sync(
                             self._commit, batch, limiter=self._write_lock
