@@ -35,7 +35,9 @@ def test_the_test_command_installs_every_plugin_and_runs_pytest() -> None:
     command = commands()["test"]
     assert "'.[test]'" in command and " plugins/*/ " in command
     assert command.endswith(".venv/bin/python -m pytest")
-    plugin_dirs = [path for path in (ROOT / "plugins").iterdir() if path.is_dir()]
+    plugin_dirs = [
+        path for path in (ROOT / "plugins").iterdir() if path.is_dir() and path.name[0] not in "._"
+    ]
     assert plugin_dirs and all((path / "pyproject.toml").is_file() for path in plugin_dirs)
 
 
