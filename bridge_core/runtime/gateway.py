@@ -25,7 +25,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +123,10 @@ class GatewayOptions:
     ledger_table_prefix: str = "bridge_"
     ledger_owner: str | None = None  # this process's owner id in the ledger (tests)
     reconnect_backoff: float = DEFAULT_INITIAL_BACKOFF  # first wait before rebuilding inbound
+
+
+def _idle_check(notifier: Notifier) -> Callable[[], bool]:
+    return lambda: notifier.idle
 
 
 def _notifier_for(channel: ChannelRuntime) -> Notifier:
@@ -224,29 +228,34 @@ class Gateway:
                             members.start_soon(channel.member.run)
                     if self._placement is not None:
                         members.start_soon(self._placement.run)
-                    async with anyio.create_task_group() as intake:
+                    async with anyio.create_task_group() as hosting:
                         if self._placement is not None:
                             for channel in self.channels.values():
-                                intake.start_soon(self._host, channel)
-                        for profile in list(self.providers):
-                            intake.start_soon(self._watch, profile)
-                        self._accepting = True
-                        self.ready.set()
-                        task_status.started()
+                                hosting.start_soon(self._host, channel)
+                        async with anyio.create_task_group() as intake:
+                            for profile in list(self.providers):
+                                intake.start_soon(self._watch, profile)
+                            self._accepting = True
+                            self.ready.set()
+                            task_status.started()
+                            log.info(
+                                "gateway %s serving %d channel(s)%s",
+                                self.gateway_id,
+                                len(self.channels),
+                                f" on {self.url}" if self.url else "",
+                            )
+                            await self._stop.wait()
+                            self._accepting = False
+                            intake.cancel_scope.cancel()
+                        deadline = anyio.current_time() + self.options.grace
                         log.info(
-                            "gateway %s serving %d channel(s)%s",
-                            self.gateway_id,
-                            len(self.channels),
-                            f" on {self.url}" if self.url else "",
+                            "stopping: finishing in-flight work (grace %.1fs)", self.options.grace
                         )
-                        await self._stop.wait()
-                        self._accepting = False
-                        intake.cancel_scope.cancel()
-                    deadline = anyio.current_time() + self.options.grace
-                    log.info("stopping: finishing in-flight work (grace %.1fs)", self.options.grace)
-                    for channel in self.channels.values():
-                        if channel.member is not None:
-                            channel.member.stop()
+                        for channel in self.channels.values():
+                            if channel.member is not None:
+                                channel.member.stop()
+                        # hosted notifiers send what they took, then end, before we leave
+                        hosting.cancel_scope.deadline = deadline
                     if self._placement is not None:
                         self._placement.stop()
                     members.cancel_scope.deadline = deadline
@@ -392,23 +401,42 @@ class Gateway:
     # ------------------------------------------------------------------ scale-out
 
     async def _host(self, channel: ChannelRuntime) -> None:
-        """Run ``channel``'s notifier whenever placement puts it on this gateway."""
+        """Run ``channel``'s notifier whenever placement puts it on this gateway, until stop.
+
+        At stop, a hosted notifier takes no new events but sends what it took before this
+        gateway leaves the group, so its successor starts after it (and from its cursor).
+        """
         placement, bus = self._placement, self._bus
         assert placement is not None and bus is not None
-        while True:
-            await wait_until(lambda: placement.hosts(channel.name))
+        stopping = self._stop.is_set
+        while not stopping():
+            await wait_until(lambda: stopping() or placement.hosts(channel.name))
+            if stopping():
+                return
             notifier = _notifier_for(channel)
             log.info("channel %s: its notifier runs on this gateway now", channel.name)
             try:
                 async with anyio.create_task_group() as tg:
                     channel.notifier = notifier
                     tg.start_soon(notifier.run)
-                    tg.start_soon(bus.follow, channel.name, notifier.handle)
-                    await wait_until(lambda: not placement.hosts(channel.name))
+                    following = anyio.CancelScope()  # entered by _follow
+                    tg.start_soon(self._follow, channel, notifier, following)
+                    await wait_until(lambda: stopping() or not placement.hosts(channel.name))
+                    following.cancel()
+                    if stopping():
+                        await wait_until(_idle_check(notifier), poll=0.05)
                     tg.cancel_scope.cancel()
             finally:
                 channel.notifier = None
-            log.info("channel %s: its notifier moved to another gateway", channel.name)
+            if not stopping():
+                log.info("channel %s: its notifier moved to another gateway", channel.name)
+
+    async def _follow(
+        self, channel: ChannelRuntime, notifier: Notifier, scope: anyio.CancelScope
+    ) -> None:
+        assert self._bus is not None
+        with scope:
+            await self._bus.follow(channel.name, notifier.handle)
 
     # ------------------------------------------------------------------ inbound
 
