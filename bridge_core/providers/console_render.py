@@ -16,6 +16,8 @@ from bridge_core.provider import InboundMessage, MessageRef
 
 __all__ = ["ConsoleRenderer"]
 
+_HANG = " " * 10  # the width of the elapsed-time column
+
 
 class ConsoleRenderer:
     """Prints posts, edits, errors and inbound lines; ``output=None`` prints nothing."""
@@ -48,7 +50,8 @@ class ConsoleRenderer:
         line = Text()
         for part in parts:
             line.append(part if isinstance(part, Text) else Text(part))
-        self._console.print(line)
+        # A multi-line message keeps its later lines indented under the first, past the clock.
+        self._console.print(Text("\n" + _HANG).join(line.split("\n")))
 
     def post(self, ref: MessageRef, text: str, *, t: float) -> None:
         self._print(

@@ -195,6 +195,15 @@ async def test_rendering_prints_text_literally_and_marks_edits() -> None:
     assert provider.escape("@everyone look") == "@\u200beveryone look"
 
 
+async def test_later_lines_of_a_message_hang_under_the_first() -> None:
+    out = io.StringIO()
+    provider = ConsoleProvider(ConsoleSettings(width=100, color=False), output=out)
+    await provider.post("ops", "first line\nsecond line")
+    first, second = out.getvalue().splitlines()
+    assert first.endswith("first line")
+    assert second == " " * 10 + "second line"
+
+
 async def _collect(provider: ConsoleProvider) -> list[InboundMessage]:
     received: list[InboundMessage] = []
 
