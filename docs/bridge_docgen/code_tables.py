@@ -8,7 +8,7 @@ import inspect
 import json
 from typing import Any
 
-from bridge_docgen.text import cell, duration, first_paragraph, number
+from bridge_docgen.text import cell, code_cell, duration, first_paragraph, number
 
 __all__ = [
     "budget_presets",
@@ -86,7 +86,7 @@ def hookspec_summary() -> str:
         function = getattr(hookspecs, name)
         signature = f"{name}{inspect.signature(function)}".replace("'", "")
         lines.append(
-            f"| [`{name}`](#{name}) | `{cell(signature)}` | "
+            f"| [`{name}`](#{name}) | {code_cell(signature)} | "
             f"{cell(first_paragraph(function.__doc__))} |"
         )
     return "\n".join(lines) + "\n"
@@ -204,7 +204,7 @@ def event_kinds() -> str:
         event = cls("a1", "w1", **samples.get(cls.kind, {}))
         sample = json.dumps(events.event_to_json(event), ensure_ascii=False)
         notifies = "yes" if cls.kind in events.NOTIFYING_KINDS else "no"
-        rows.append(f"| `{cls.kind}` | {fields} | {notifies} | `{cell(sample)}` |")
+        rows.append(f"| `{cls.kind}` | {fields} | {notifies} | {code_cell(sample)} |")
     outcomes = ", ".join(f"`{o.value}`" for o in events.Outcome)
     rows.append("")
     rows.append(

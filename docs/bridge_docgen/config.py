@@ -10,6 +10,7 @@ from typing import Any
 
 from bridge_docgen.text import (
     cell,
+    code_cell,
     default_text,
     display_type,
     first_paragraph,
@@ -134,7 +135,7 @@ def render_model(
             key = field.alias or name
             description = field.description or notes.get(f"{model.__name__}.{name}", "")
             out.append(
-                f"| `{key}` | `{cell(display_type(field.annotation))}` | "
+                f"| `{key}` | {code_cell(display_type(field.annotation))} | "
                 f"{cell(default_text(field))} | {cell(description)} |"
             )
         out.append("")

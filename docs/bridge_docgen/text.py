@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "cell",
+    "code_cell",
     "default_text",
     "display_type",
     "duration",
@@ -26,8 +27,18 @@ __all__ = [
 
 
 def cell(text: str) -> str:
-    """Make text safe inside a markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Make text safe inside a markdown table cell: one line, and pipes escaped except inside
+    code spans (where a table already reads them as text, and a backslash would show)."""
+    pieces = " ".join(text.split()).split("`")
+    return "`".join(
+        piece if inside_code else piece.replace("|", "\\|")
+        for inside_code, piece in ((i % 2 == 1, p) for i, p in enumerate(pieces))
+    )
+
+
+def code_cell(text: str) -> str:
+    """Text as one code span in a table cell."""
+    return "`" + " ".join(text.split()).replace("`", "'") + "`"
 
 
 def first_paragraph(doc: str | None) -> str:

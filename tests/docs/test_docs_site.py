@@ -328,3 +328,13 @@ def test_the_provider_contract_page_names_every_method_and_capability(site: Path
         assert name in html, f"ChatProvider.{name} is not described in plugins/index.md"
     for field in dataclasses.fields(Capabilities):
         assert field.name in html, f"Capabilities.{field.name} is not described"
+
+
+def test_no_escaped_pipe_shows_in_the_site(site: Path) -> None:
+    """A pipe escaped for a table must not show its backslash (inside code spans it would)."""
+    for html in site.rglob("*.html"):
+        assert "\\|" not in html.read_text(encoding="utf-8"), html
+
+
+def test_cells_escape_pipes_only_outside_code() -> None:
+    assert docgen_text.cell("a | b `x | y`\n c") == "a \\| b `x | y` c"
