@@ -289,7 +289,11 @@ class AgentGroupMember:
                     turn.conversation,
                 )
                 return
-            await self.on_busy(turn, busy)
+            try:
+                await self.on_busy(turn, busy)
+            except Exception:
+                self.metrics.handler_errors += 1
+                logger.exception("on_busy failed for turn %s of %s", turn.seq, turn.conversation)
         except Exception:
             self.metrics.handler_errors += 1
             logger.exception(

@@ -83,6 +83,7 @@ class Group:
     scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
     hang: set[int] = field(default_factory=set)  # turn seqs whose answer never comes
     busy: set[int] = field(default_factory=set)  # turn seqs the agent is too busy for
+    broken: set[int] = field(default_factory=set)  # turn seqs whose handler raises
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -98,6 +99,8 @@ class Group:
             assert history and history[-1] == turn
             if turn.seq in self.busy:
                 raise AgentBusy(notice="busy, try again in a minute")
+            if turn.seq in self.broken:
+                raise RuntimeError("test: the agent crashed on this turn")
             if turn.seq in self.hang:
                 await anyio.sleep_forever()
             await anyio.sleep(self.answer_delay)

@@ -344,3 +344,21 @@ async def test_a_member_that_cannot_reach_the_log_at_start_joins_when_it_can(
             await member.ready.wait()
         assert member.metrics.log_errors == 2 and member.current_id == "late~2"
         tg.cancel_scope.cancel()
+
+
+async def test_a_failing_handler_or_busy_notice_does_not_stop_the_member(
+    harness: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with anyio.create_task_group() as tg:
+        group = new_group(harness, tg)
+        a = await group.start("a")
+        await settle_all(group)
+        group.broken.add(group.store.next_seq)
+        broken = await group.admit("x")
+        later = await group.admit("x")
+        await anyio.sleep(0.5)
+        tg.cancel_scope.cancel()
+    assert [d.member for d in group.delivered(broken)] == ["a"]
+    assert [(d.member, d.answered) for d in group.delivered(later)] == [("a", True)]
+    assert a.metrics.handler_errors == 1
+    assert any("on_turn failed" in r.getMessage() for r in caplog.records)
