@@ -255,3 +255,29 @@ async def test_sqlite_prunes_old_seen_ids_and_records(tmp_path: Path) -> None:
     assert [r.message_id for r in records if isinstance(r, Turn)] == ["old", "new"]
     assert (await log.stats()).members == 1  # membership is not pruned with its join record
     await log.aclose()
+
+
+async def test_open_conversation_log_by_target(tmp_path: Path) -> None:
+    from bridge_core.ownership import open_conversation_log
+    from bridge_core.ownership.redis_log import RedisConversationLog
+    from bridge_core.ownership.sqlite_log import SqliteConversationLog
+
+    memory = await open_conversation_log("memory://", channel="C")
+    assert isinstance(memory, MemoryConversationLog)
+    by_path = await open_conversation_log(tmp_path / "a.db", channel="C")
+    by_url = await open_conversation_log(f"sqlite://{tmp_path / 'b.db'}", channel="C")
+    assert isinstance(by_path, SqliteConversationLog) and isinstance(by_url, SqliteConversationLog)
+    assert (tmp_path / "b.db").exists()
+    redis_log = await open_conversation_log(require_redis(), channel="C", key_prefix="t-open")
+    assert isinstance(redis_log, RedisConversationLog)
+    with pytest.raises(ValueError, match="unsupported target 'postgresql://x'"):
+        await open_conversation_log("postgresql://x", channel="C")
+    for log in (memory, by_path, by_url, redis_log):
+        await log.aclose()
+
+
+async def test_an_unreachable_redis_is_a_clear_log_unavailable() -> None:
+    from bridge_core.ownership import LogUnavailable, open_conversation_log
+
+    with pytest.raises(LogUnavailable, match=r"cannot reach Redis at redis://127\.0\.0\.1:1/0"):
+        await open_conversation_log("redis://127.0.0.1:1/0", channel="C")
