@@ -210,6 +210,9 @@ def test_a_group_of_processes_loses_no_turn_and_duplicates_only_in_documented_wi
     unclassified: list[str] = []
     for message_id, seq in turns_by_message.items():
         answered_by = {member for member, _pos in frames.get(seq, [])}
+        twice = [m for m, n in Counter(deliveries[message_id]).items() if n > 1]
+        if twice:
+            unclassified.append(f"{message_id}: delivered to the same member twice: {twice}")
         for member in deliveries[message_id]:
             if member in answered_by:
                 continue
