@@ -35,8 +35,9 @@ from bridge_core.testing.services import require_redis
 
 WORKER = Path(__file__).with_name("group_worker.py")
 SLOTS = 4
-MESSAGES = 300
-SPACING = 0.04  # 12 s of traffic
+# BRIDGE_GROUP_SOAK_MESSAGES=3000 turns this into a soak (about 2 minutes of traffic)
+MESSAGES = int(os.environ.get("BRIDGE_GROUP_SOAK_MESSAGES", "300"))
+SPACING = 0.04  # 12 s of traffic by default
 # generous against a loaded CI machine, where a process can starve for a second or more
 SETTLE, HEARTBEAT, EXPIRY = 0.3, 0.4, 3.0
 
@@ -61,7 +62,7 @@ class Worker:
 
 
 @pytest.mark.redis
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(120 + MESSAGES * SPACING * 2)
 def test_a_group_of_processes_loses_no_turn_and_duplicates_only_in_documented_windows(
     tmp_path: Path,
 ) -> None:
