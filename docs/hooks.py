@@ -7,6 +7,7 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: config-reference -->
     <!-- generated: config-error-example -->
     <!-- generated: provider-settings -->
+    <!-- generated: platform-errors -->
     <!-- generated: adr-index -->
     <!-- generated: readme-commands -->
     <!-- generated: cli-reference -->
@@ -61,6 +62,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "ledger-schedule": code_tables.ledger_schedule,
     "metrics": code_tables.metrics_table,
     "notify-examples": code_tables.notify_examples,
+    "platform-errors": code_tables.platform_errors,
     "provider-settings": config.provider_settings,
     "readme-commands": project.readme_commands,
 }

@@ -21,6 +21,7 @@ __all__ = [
     "ledger_schedule",
     "metrics_table",
     "notify_examples",
+    "platform_errors",
 ]
 
 
@@ -44,6 +45,33 @@ def error_table() -> str:
         "the last row, transient, by `reading_for`."
     )
     return "\n".join(rows) + "\n"
+
+
+PLATFORM_ERROR_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    ("Slack", "bridge-slack", "bridge_slack.errors", "SLACK_ERRORS"),
+    ("Discord", "bridge-discord", "bridge_discord.errors", "CODE_TABLE"),
+    ("Teams", "bridge-teams", "bridge_teams.errors", "CODE_TABLE"),
+)
+"""Each shipped plugin's table of its platform's error codes: title, distribution, module, name."""
+
+
+def platform_errors() -> str:
+    """How each shipped plugin reads its platform's error codes, from the plugins' own tables."""
+    out: list[str] = []
+    for title, distribution, module_name, table_name in PLATFORM_ERROR_TABLES:
+        out.append(f"### {title}\n")
+        try:
+            table = getattr(importlib.import_module(module_name), table_name)
+        except ImportError:
+            out.append(f"`{distribution}` was not installed where this site was built.\n")
+            continue
+        out.append(f"From `{module_name}.{table_name}`:\n")
+        out.append("| code | raised as | what it means |")
+        out.append("|---|---|---|")
+        for code, (error, meaning) in table.items():
+            out.append(f"| `{code}` | `{error.__name__}` | {cell(meaning)} |")
+        out.append("")
+    return "\n".join(out)
 
 
 def budget_presets() -> str:
