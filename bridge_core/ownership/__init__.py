@@ -8,14 +8,17 @@ log's, never a member's. Backends: ``open_conversation_log(target, channel=...)`
   in the same file; one writer with group commits; WAL; members are tasks in one process);
 - ``redis://host:port/db`` — a Redis stream per channel, Lua scripts for admission (with its
   dedup key), joins, leaves, heartbeats (server ``TIME``) and the reaper; no leader;
-- ``memory://`` — in-process, for tests and ``chatbridge simulate``.
+- ``memory://`` — in-process (a fresh store), for tests and embedding.
 
 The runtime's calls::
 
     log = await open_conversation_log("/var/lib/bridge/bridge.db", channel="C123")
     turn = await log.admit(inbound_message)        # Turn, or None for a duplicate / a bot
     member = AgentGroupMember(
-        log, member_id="gw-a", settle=1.0, heartbeat=1.0,
+        log, member_id="gw-a",                      # a random suffix is added per join
+        settle=1.0, heartbeat=1.0, expiry=3.0,      # expiry defaults to 3 x heartbeat
+        lookback=3600.0,                            # how far back a joiner looks for turns
+        drain_timeout=10.0, max_concurrent=64,
         on_turn=answer,                             # async (turn, history) -> None
         on_busy=send_busy_notice,                   # async (turn, AgentBusy) -> None
     )
@@ -24,14 +27,17 @@ The runtime's calls::
         ...
         member.stop()                               # drain in-flight turns, leave gracefully
 
-    async def answer(turn, history):
+    async def answer(turn, history):                # one conversation's turns in log order
+        reply = ...                                 # raise AgentBusy when at capacity
         obligation = obligation_id(profile, turn.channel, turn.message_id)
-        await member.record_frame(turn, obligation)  # or log.record_frame(turn, member_id, ...)
-        ...  # record the ledger row and send (raise AgentBusy when at capacity)
+        ...                                         # record the ledger row (ADR 0051), then
+        await member.record_frame(turn, obligation)  # (= log.record_frame(turn, id, ...))
+        ...                                         # then send
 
     await log.recent_history(conversation, 20)      # turns and frames, oldest first
     await log.stats()        # LogStats(members, turns_admitted, turns_answered)
     member.metrics, member.view.stats               # per-member counters
+    member.ready, member.current_id, member.delivering, member.view.members
 
 The decision logic is ``GroupView`` (pure, no I/O) and ``hashing`` (rendezvous over xxh3_64).
 ``docs/adr/0030``..``0036`` record the decisions and what a Redis failover can lose.
