@@ -43,10 +43,13 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     SecretStr,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -160,6 +163,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
+def _presets() -> str:
+    return ", ".join(sorted(BUDGET_PRESETS))
+
+
+def _check_preset_name(value: str) -> str:
+    if value not in BUDGET_PRESETS:
+        raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
+    return value
+
+
+PresetName = Annotated[str, AfterValidator(_check_preset_name)]
+"""The name of a budget preset in ``bridge_core.provider.BUDGET_PRESETS``."""
+
+
 class WindowSpec(_Strict):
     limit: int = Field(ge=1)
     seconds: float = Field(gt=0)
@@ -172,19 +189,12 @@ class BudgetNumbers(_Strict):
     alone also caps any 3,600 s window at that many sends.
     """
 
-    preset: str | None = None
+    preset: PresetName | None = None
     burst: int | None = Field(default=None, ge=1)
     per_second: float | None = Field(default=None, gt=0)
     per_hour: int | None = Field(default=None, ge=1)
     windows: list[WindowSpec] | None = None
     edit_spacing: float | None = Field(default=None, ge=0)
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, value: str | None) -> str | None:
-        if value is not None and value not in BUDGET_PRESETS:
-            raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
-        return value
 
     @model_validator(mode="after")
     def _complete(self) -> BudgetNumbers:
@@ -219,19 +229,17 @@ class BudgetNumbers(_Strict):
         return SendBudget(burst=burst, per_second=per_second, windows=windows, edit_spacing=spacing)
 
 
-def _presets() -> str:
-    return ", ".join(sorted(BUDGET_PRESETS))
+def _budget_kind(value: Any) -> str:
+    return "budget-preset" if isinstance(value, str) else "budget-numbers"
 
 
-def _check_preset_name(value: Any) -> Any:
-    if isinstance(value, str) and value not in BUDGET_PRESETS:
-        raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
-    return value
-
-
+# A tagged union: a string is only ever read as a preset name and a table only as numbers, so an
+# error names one problem rather than one per union member.
 BudgetSpec = Annotated[
-    Union[str, BudgetNumbers],  # noqa: UP007 - Annotated needs a runtime union here
-    Field(union_mode="left_to_right"),
+    Union[  # noqa: UP007 - Annotated needs a runtime union here
+        Annotated[PresetName, Tag("budget-preset")], Annotated[BudgetNumbers, Tag("budget-numbers")]
+    ],
+    Discriminator(_budget_kind),
 ]
 """A preset name (``"slack"``) or a ``BudgetNumbers`` table."""
 
@@ -241,8 +249,7 @@ def resolve_budget(spec: str | BudgetNumbers | None, default: SendBudget) -> Sen
     if spec is None:
         return default
     if isinstance(spec, str):
-        _check_preset_name(spec)
-        return BUDGET_PRESETS[spec]
+        return BUDGET_PRESETS[_check_preset_name(spec)]
     return spec.resolve()
 
 
@@ -271,11 +278,6 @@ class ProfileConfig(_Strict):
     budget: BudgetSpec | None = None
     provider_type: ProviderType | None = Field(default=None, exclude=True)
     send_budget: SendBudget | None = Field(default=None, exclude=True)
-
-    @field_validator("budget")
-    @classmethod
-    def _preset(cls, value: Any) -> Any:
-        return _check_preset_name(value)
 
 
 _AGENT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -543,6 +545,11 @@ def _problems_from(
         kind = error["type"]
         if kind == "missing":
             message = "is required"
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            message = "expected a table"
+            if loc[-1:] == ["budget"]:
+                message = "expected a budget preset name or a table"
+            message += "" if hide_input else f" (got {type(error.get('input')).__name__})"
         elif kind == "extra_forbidden":
             allowed = _allowed_keys(model, loc[:-1])
             message = "unknown key" + (
@@ -553,12 +560,15 @@ def _problems_from(
             value = error.get("input")
             shown = not hide_input and not _SECRET_KEY.search(key)
             if shown and value is not None and not isinstance(value, (dict, list, SecretStr)):
-                message += f" (got {value!r})"
+                if repr(value) not in message:
+                    message += f" (got {value!r})"
         problems.append(ConfigProblem(key, message))
     return problems
 
 
-_UNION_BRANCHES = frozenset({"str", "int", "float", "bool", "BudgetNumbers", "Secret"})
+_UNION_BRANCHES = frozenset(
+    {"str", "int", "float", "bool", "BudgetNumbers", "Secret", "budget-preset", "budget-numbers"}
+)
 
 
 def _is_union_branch(part: Any) -> bool:

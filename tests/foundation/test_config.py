@@ -228,6 +228,30 @@ def test_budget_presets_and_numbers(providers: ProviderRegistry) -> None:
             providers=providers,
         )
     assert "needs burst and per_second or per_hour" in problems_of(caught)["profiles.p.budget"]
+    # A tagged union: one problem per mistake, at the right key, whichever form was written.
+    data = {
+        "profiles": {
+            "a": {"provider": "console", "budget": 3},
+            "b": {"provider": "console", "budget": {"preset": "x"}},
+        }
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    assert problems_of(caught) == {
+        "profiles.a.budget": "expected a budget preset name or a table (got int)",
+        "profiles.b.budget.preset": (
+            "unknown budget preset 'x'; expected one of discord, slack, teams, unlimited"
+        ),
+    }
+    assert len(caught.value.problems) == 2
+    settings = {"profiles": {"c": {"provider": "console", "settings": {"budget": "fastest"}}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(settings, providers=providers)
+    assert problems_of(caught) == {
+        "profiles.c.settings.budget": (
+            "unknown budget preset 'fastest'; expected one of discord, slack, teams, unlimited"
+        )
+    }
     assert resolve_budget(None, SLACK_BUDGET) is SLACK_BUDGET
     assert resolve_budget("teams", SLACK_BUDGET) is TEAMS_BUDGET
     tuned = resolve_budget(BudgetNumbers(preset="slack", edit_spacing=5.0), UNLIMITED_BUDGET)
