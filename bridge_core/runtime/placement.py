@@ -16,6 +16,11 @@ accepted request): any gateway appends, the channel's host reads from a cursor i
 each batch, and a new host starts from the saved cursor, so nothing accepted while the channel
 moved is lost. Stream entries are retained (``MAXLEN ~``) and read with ``XREAD``, never Pub/Sub,
 which would drop what nobody was listening for.
+
+A new host starts with a fresh notifier (message refs are not persisted) and restates, from the
+last ``rehydrate`` entries before the cursor, each agent still running there (its spawn and its
+latest status), so running agents get fresh live messages while finished ones are not announced
+again.
 """
 
 from __future__ import annotations
@@ -30,7 +35,16 @@ import anyio
 from redis.asyncio import Redis
 
 from bridge_core.conversation import Frame, Turn
-from bridge_core.events import EventError, FleetEvent, event_to_json, parse_event
+from bridge_core.events import (
+    AgentFinished,
+    AgentGone,
+    AgentSpawned,
+    EventError,
+    FleetEvent,
+    StatusChanged,
+    event_to_json,
+    parse_event,
+)
 from bridge_core.ownership import AgentGroupMember, ConversationLog, owner_of
 
 __all__ = ["GATEWAYS_GROUP", "FleetBus", "NotifierPlacement"]
@@ -96,10 +110,13 @@ class NotifierPlacement:
 class FleetBus:
     """Fleet events through one Redis stream per channel."""
 
-    def __init__(self, redis: Redis, *, prefix: str, max_len: int = 100_000) -> None:
+    def __init__(
+        self, redis: Redis, *, prefix: str, max_len: int = 100_000, rehydrate: int = 1000
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._max_len = max_len
+        self.rehydrate = rehydrate
 
     @classmethod
     def connect(cls, url: str, *, prefix: str) -> FleetBus:
@@ -122,6 +139,34 @@ class FleetBus:
             pipe.xadd(self._stream(channel), {"b": payload}, maxlen=self._max_len, approximate=True)
         await pipe.execute()
 
+    async def running_before(self, channel: str, cursor: Any) -> list[FleetEvent]:
+        """Events that restate the agents still running at ``cursor`` (their spawn and latest
+        status), read from the last ``rehydrate`` entries before it."""
+        entries: Any = await self._redis.xrevrange(
+            self._stream(channel), max=cursor, count=self.rehydrate
+        )
+        spawned: dict[str, AgentSpawned] = {}
+        latest: dict[str, FleetEvent] = {}
+        for _entry_id, fields in reversed(entries):
+            for data in json.loads(fields[b"b"]):
+                try:
+                    event = parse_event(data)
+                except EventError:
+                    continue
+                if isinstance(event, AgentSpawned):
+                    spawned[event.agent] = event
+                    latest[event.agent] = event
+                elif isinstance(event, (StatusChanged, AgentFinished, AgentGone)):
+                    latest[event.agent] = event
+        out: list[FleetEvent] = []
+        for agent, event in latest.items():
+            if isinstance(event, (AgentFinished, AgentGone)):
+                continue
+            out.append(spawned.get(agent) or AgentSpawned(agent, event.workspace))
+            if isinstance(event, StatusChanged):
+                out.append(event)
+        return out
+
     async def follow(
         self, channel: str, handle: Callable[[FleetEvent], None], *, block_ms: int = 500
     ) -> None:
@@ -133,6 +178,11 @@ class FleetBus:
         if cursor is None:
             # the channel's first host ever: take everything accepted before it came up
             cursor = b"0-0"
+        else:
+            # taking over: the agents still running get fresh live messages (refs are not
+            # persisted), the finished ones are not announced again
+            for event in await self.running_before(channel, cursor):
+                handle(event)
         while True:
             batches: Any = await self._redis.xread({stream: cursor}, count=100, block=block_ms)
             if not batches:
