@@ -35,10 +35,8 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -55,6 +53,7 @@ from pydantic import (
     model_validator,
 )
 
+from bridge_core._config_problems import ConfigProblem, problems_from
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderType
 from bridge_core.provider import BUDGET_PRESETS, SendBudget, Window
@@ -90,15 +89,6 @@ DEFAULT_CONFIG_FILE = "bridge.toml"
 
 
 # --------------------------------------------------------------------------- errors
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    key: str  # a dotted key path such as "channels.ops.profile"; "" for the whole file
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.message}" if self.key else self.message
 
 
 class ConfigError(Exception):
@@ -441,7 +431,7 @@ def parse_config(
     try:
         config = BridgeConfig.model_validate(resolved)
     except ValidationError as exc:
-        problems.extend(_problems_from(exc, prefix="", model=BridgeConfig))
+        problems.extend(problems_from(exc, prefix="", model=BridgeConfig))
         raise ConfigError(path, problems) from None
     if problems:
         raise ConfigError(path, problems)
@@ -512,7 +502,7 @@ def _resolve_profiles(
             settings = provider_type.settings_model.model_validate(profile.settings)
         except ValidationError as exc:
             problems.extend(
-                _problems_from(
+                problems_from(
                     exc, prefix=f"profiles.{name}.settings", model=provider_type.settings_model
                 )
             )
@@ -528,87 +518,6 @@ def _resolve_profiles(
                 "send_budget": resolve_budget(profile.budget, default),
             }
         )
-
-
-# Never echo the value of a key that looks like it holds a secret pasted in by mistake.
-_SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)
-
-
-def _problems_from(
-    exc: ValidationError, *, prefix: str, model: type[BaseModel]
-) -> list[ConfigProblem]:
-    problems = []
-    hide_input = bool(model.model_config.get("hide_input_in_errors"))
-    for error in exc.errors(include_url=False):
-        loc = [str(part) for part in error["loc"] if not _is_union_branch(part)]
-        key = ".".join([prefix, *loc] if prefix else loc)
-        kind = error["type"]
-        if kind == "missing":
-            message = "is required"
-        elif kind in ("model_type", "model_attributes_type", "dict_type"):
-            message = "expected a table"
-            if loc[-1:] == ["budget"]:
-                message = "expected a budget preset name or a table"
-            message += "" if hide_input else f" (got {type(error.get('input')).__name__})"
-        elif kind == "extra_forbidden":
-            allowed = _allowed_keys(model, loc[:-1])
-            message = "unknown key" + (
-                f"; expected one of: {', '.join(allowed)}" if allowed else ""
-            )
-        else:
-            message = error["msg"].removeprefix("Value error, ")
-            value = error.get("input")
-            shown = not hide_input and not _SECRET_KEY.search(key)
-            if shown and value is not None and not isinstance(value, (dict, list, SecretStr)):
-                if repr(value) not in message:
-                    message += f" (got {value!r})"
-        problems.append(ConfigProblem(key, message))
-    return problems
-
-
-_UNION_BRANCHES = frozenset(
-    {"str", "int", "float", "bool", "BudgetNumbers", "Secret", "budget-preset", "budget-numbers"}
-)
-
-
-def _is_union_branch(part: Any) -> bool:
-    # pydantic puts the union member it tried into a location ("str", "BudgetNumbers").
-    return isinstance(part, str) and (
-        part in _UNION_BRANCHES or part.startswith(("function-", "constrained-"))
-    )
-
-
-def _allowed_keys(model: type[BaseModel], loc: Sequence[str]) -> list[str]:
-    """The keys the table at ``loc`` accepts, found by walking the model's annotations."""
-    current: Any = model
-    for part in loc:
-        current = _unwrap(current)
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(part)
-            if field is None:
-                return []
-            current = field.annotation
-        elif typing.get_origin(current) is dict:
-            current = typing.get_args(current)[1]
-        else:
-            return []
-    current = _unwrap(current)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [name for name, f in current.model_fields.items() if not f.exclude]
-    return []
-
-
-def _unwrap(annotation: Any) -> Any:
-    """``X | None`` → ``X``; anything else unchanged."""
-    origin = typing.get_origin(annotation)
-    if origin in (Union, types.UnionType):
-        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
-        models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
-        if len(models) == 1:
-            return models[0]
-        if len(members) == 1:
-            return members[0]
-    return annotation
 
 
 def masked(value: Any) -> Any:
