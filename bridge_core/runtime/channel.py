@@ -24,8 +24,7 @@ from typing import Protocol
 from bridge_core.config import ChannelConfig
 from bridge_core.conversation import Frame, Turn
 from bridge_core.events import FleetEvent
-from bridge_core.ledger import MARKER_HEADROOM, Reply
-from bridge_core.ledger.model import Obligation, State
+from bridge_core.ledger import MARKER_HEADROOM, Obligation, Reply, State
 from bridge_core.ownership import AgentBusy, AgentGroupMember, ConversationLog
 from bridge_core.provider import ChatProvider
 from bridge_core.runtime.agents import BUSY_NOTICE, Agent

@@ -40,10 +40,17 @@ from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.inbound import DEFAULT_INITIAL_BACKOFF, ReconnectWatcher
-from bridge_core.ledger import DeliveryLedger, DisabledLedger, Reply, Schedule, open_store
+from bridge_core.ledger import (
+    Delivery,
+    DeliveryLedger,
+    DisabledLedger,
+    LedgerStore,
+    Reply,
+    Schedule,
+    State,
+    open_store,
+)
 from bridge_core.ledger.kv import MemoryKeyValueStore, key_value_store
-from bridge_core.ledger.model import Delivery, State
-from bridge_core.ledger.store import LedgerStore
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.ownership import AgentGroupMember, open_conversation_log
 from bridge_core.provider import (
