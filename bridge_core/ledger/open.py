@@ -11,19 +11,24 @@ __all__ = ["open_store"]
 
 
 async def open_store(
-    location: str | Path, *, owner: str | None = None, table_prefix: str = "bridge_"
+    location: str | Path,
+    *,
+    owner: str | None = None,
+    table_prefix: str = "bridge_",
+    lease: float = 60.0,
 ) -> LedgerStore:
     """Open (and create if needed) the ledger at ``location`` and register this process.
 
     ``owner`` overrides this process's owner id (tests); ``table_prefix`` names the PostgreSQL
-    tables (SQLite always uses ``ledger``).
+    tables (SQLite always uses ``ledger``); ``lease`` is the PostgreSQL owner lease in seconds
+    (how long a dead gateway's rows wait before a live one takes them over).
     """
     text = str(location)
     store: LedgerStore
     if text.startswith(("postgresql://", "postgres://")):
         from bridge_core.ledger.postgres import PostgresLedgerStore
 
-        store = PostgresLedgerStore(text, owner=owner, table_prefix=table_prefix)
+        store = PostgresLedgerStore(text, owner=owner, table_prefix=table_prefix, lease=lease)
     elif "://" in text and not text.startswith("sqlite://"):
         raise LedgerError(
             f"ledger location {text!r} is neither a file path nor a postgresql:// URL; "

@@ -107,10 +107,7 @@ def phase(path: str, name: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    store = await open_store(args.ledger, table_prefix=args.prefix)
-    if args.lease and hasattr(store, "lease"):
-        store.lease = args.lease
-        await store.renew()
+    store = await open_store(args.ledger, table_prefix=args.prefix, lease=args.lease or 60.0)
     platform = AppendingPlatform(args.out, args.send_delay)
     ledger = DeliveryLedger(store, deliver=platform.deliver, profiles={"X"}, schedule=SCHEDULE)
     phase(args.phase, "boot")

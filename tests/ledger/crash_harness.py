@@ -363,6 +363,11 @@ def run_postgres_pair(
             if child.poll() is None:
                 _kill(child)
                 deaths[child.pid] = time.time()
+    # The last two kills end the serving phase: record what they left in flight too.
+    counts, attempting, _ = snapshot()
+    for child in children:
+        left = {oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner}
+        report.kills.append(Kill("stop", counts, left, deaths[child.pid], child.pid))
     _drain(url, out, tmp, report, extra)
     with psycopg.connect(url, autocommit=True) as conn:
         cursor = conn.execute(f"SELECT * FROM {table}")
