@@ -266,7 +266,8 @@ class PluginManager:
         self._origin: dict[str, tuple[str, str, bool]] = {}  # plugin name -> (dist, ver, builtin)
         self._providers: ProviderRegistry | None = None
         if trace:
-            self.pm.add_hookcall_monitoring(_trace_before, _trace_after)
+            tracer = _HookTracer()
+            self.pm.add_hookcall_monitoring(tracer.before, tracer.after)
 
     @property
     def hook(self) -> Any:
@@ -439,23 +440,31 @@ def _type(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _trace_before(
-    hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]
-) -> None:
-    plugins = ", ".join(impl.plugin_name for impl in hook_impls)
-    args = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
-    print(f"[hook] {hook_name}({args}) -> [{plugins}]", file=sys.stderr)
+class _HookTracer:
+    """Prints every hook call, its implementations and how it ended (datasette's trace)."""
 
+    def __init__(self) -> None:
+        self._started: list[float] = []  # a stack: hooks may call hooks
 
-def _trace_after(
-    outcome: pluggy.Result[Any],
-    hook_name: str,
-    hook_impls: Sequence[pluggy.HookImpl],
-    kwargs: Mapping[str, Any],
-) -> None:
-    failed = outcome.exception
-    status = f"raised {type(failed).__name__}: {failed}" if failed is not None else "ok"
-    print(f"[hook] {hook_name} {status} at {time.monotonic():.6f}", file=sys.stderr)
+    def before(
+        self, hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]
+    ) -> None:
+        plugins = ", ".join(impl.plugin_name for impl in hook_impls)
+        args = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+        print(f"[hook] {hook_name}({args}) -> [{plugins}]", file=sys.stderr)
+        self._started.append(time.perf_counter())
+
+    def after(
+        self,
+        outcome: pluggy.Result[Any],
+        hook_name: str,
+        hook_impls: Sequence[pluggy.HookImpl],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        took = (time.perf_counter() - self._started.pop()) * 1000 if self._started else 0.0
+        failed = outcome.exception
+        status = f"raised {type(failed).__name__}: {failed}" if failed is not None else "ok"
+        print(f"[hook] {hook_name} {status} in {took:.3f} ms", file=sys.stderr)
 
 
 def _allowed_from(environ: Mapping[str, str]) -> frozenset[str] | None:
