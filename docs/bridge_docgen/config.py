@@ -124,7 +124,8 @@ def render_model(
         else:
             title = ", ".join(f"`[[{p[:-2]}]]`" if p.endswith("[]") else f"`[{p}]`" for p in where)
         out.append(f"{'#' * heading_level} {title}\n")
-        summary = first_paragraph(model.__doc__)
+        # The root model's docstring speaks to programmers; the page introduces the file itself.
+        summary = first_paragraph(model.__doc__) if where != [""] else ""
         if summary:
             out.append(f"{summary}\n")
         out.append("| key | type | default | description |")
