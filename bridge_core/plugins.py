@@ -289,9 +289,16 @@ class PluginManager:
         ``PluginLoadError`` in strict mode)."""
         plugin_name = name or getattr(plugin, "__name__", None) or repr(plugin)
         version = version if version is not None else _core_version()
+        if self.pm.has_plugin(plugin_name) or self.pm.is_registered(plugin):
+            # Two entry points naming one module: keep the first, never unregister it.
+            duplicate = PluginError(f"plugin {plugin_name!r} (or its module) is already registered")
+            label = entry_point or plugin_name
+            self._report(
+                BrokenPlugin(distribution, version, label, _type(duplicate), str(duplicate)),
+                duplicate,
+            )
+            return False
         try:
-            if self.pm.has_plugin(plugin_name) or self.pm.is_registered(plugin):
-                raise PluginError(f"a plugin named {plugin_name!r} is already registered")
             self.pm.register(plugin, name=plugin_name)
             # A misspelled hook name only shows here; checked per plugin so the blame is exact.
             self.pm.check_pending()
@@ -399,7 +406,7 @@ class PluginManager:
         return self._providers
 
     def _collect_providers(self) -> ProviderRegistry:
-        registry = ProviderRegistry(broken=self.broken, not_loaded=self.not_loaded)
+        entries: list[RegisteredProvider] = []
         for name, plugin in list(self.pm.list_name_plugin()):
             if plugin is None:
                 continue
@@ -432,8 +439,9 @@ class PluginManager:
                 continue
             for provider_type in collected:
                 typed = dataclasses.replace(provider_type, distribution=distribution)
-                registry._add(RegisteredProvider(typed, distribution, version))
-        return registry
+                entries.append(RegisteredProvider(typed, distribution, version))
+        # Built after the hook calls, so a plugin whose hook failed is among the broken ones.
+        return ProviderRegistry(entries, broken=self.broken, not_loaded=self.not_loaded)
 
 
 def _type(exc: BaseException) -> str:

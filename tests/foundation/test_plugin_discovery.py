@@ -241,3 +241,20 @@ def test_the_cli_lists_an_installed_distribution_in_a_fresh_process(plugin_site:
 def test_distribution_names_normalise_like_pep_503() -> None:
     assert normalize_distribution_name("Bridge_Slack") == "bridge-slack"
     assert normalize_distribution_name("bridge..slack") == "bridge-slack"
+
+
+def test_registering_one_module_twice_keeps_the_first_registration() -> None:
+    from bridge_core.providers import console
+
+    manager = create_plugin_manager(load_entry_points=False)
+    assert manager.register(console, name="again", builtin=False) is False
+    assert manager.pm.is_registered(console)  # the built-in registration survives
+    assert "already registered" in manager.broken[0].error
+    assert "console" in manager.providers
+
+
+def test_a_plugin_whose_hook_failed_is_named_when_its_provider_is_asked_for() -> None:
+    manager = create_plugin_manager(load_entry_points=False)
+    manager.register(_RegistersJunk(), name="junk", distribution="bridge-junk", builtin=False)
+    with pytest.raises(UnknownProvider, match="bridge-junk is installed but broken"):
+        manager.providers.get("junk")
