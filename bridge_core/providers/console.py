@@ -249,7 +249,11 @@ class ConsoleProvider(ChatProvider):
                 if not line:
                     return
                 await self._inbound_line(line, sink)
-        async with await anyio.open_file(source, encoding="utf-8") as file:
+        try:
+            file = await anyio.open_file(source, encoding="utf-8")
+        except OSError as exc:
+            raise Unreachable(f"console inbound file {source!r} cannot be read: {exc}") from exc
+        async with file:
             async for line in file:
                 await self._inbound_line(line, sink)
 

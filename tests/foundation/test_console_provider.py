@@ -259,3 +259,9 @@ async def test_the_registered_factory_builds_a_console_provider(tmp_path: Path) 
 async def test_settings_budget_sets_the_instance_budget() -> None:
     provider = ConsoleProvider(ConsoleSettings(output="none", budget="teams"))
     assert provider.budget.burst == 7
+
+
+async def test_a_missing_inbound_file_is_unreachable(tmp_path: Path) -> None:
+    provider = ConsoleProvider(ConsoleSettings(output="none", inbound=str(tmp_path / "nope")))
+    with pytest.raises(Unreachable, match="cannot be read"):
+        await _collect(provider)
