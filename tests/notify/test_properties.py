@@ -54,6 +54,7 @@ class Life:
     spawn: float
     changes: tuple[float, ...]
     end: tuple[float, str] | None  # (gap after the last change, outcome value or "gone")
+    noise: bool = False  # a repeated spawn mid-life and a late AgentGone: both change nothing
 
 
 @st.composite
@@ -75,7 +76,7 @@ def lives(draw: st.DrawFn) -> list[Life]:
             )
         )
         ws = draw(st.sampled_from(["w0", "w1"]))
-        out.append(Life(f"ag{n}", ws, spawn, tuple(changes), end))
+        out.append(Life(f"ag{n}", ws, spawn, tuple(changes), end, draw(st.booleans())))
     return out
 
 
@@ -124,6 +125,13 @@ def timeline(fleet: list[Life]) -> list[tuple[float, int, FleetEvent]]:
                 )
             items.append((last + gap, seq, event))
             seq += 1
+            if life.noise and what != "gone":
+                items.append((last + gap + 1.0, seq, AgentGone(life.name, life.workspace)))
+                seq += 1
+        if life.noise and life.changes:
+            # Ordered before anything else at that time, so it can never follow the end.
+            middle = life.changes[len(life.changes) // 2]
+            items.append((middle, -2, AgentSpawned(life.name, life.workspace, title="again")))
     return sorted(items, key=lambda item: (item[0], item[1]))
 
 
