@@ -221,13 +221,14 @@ async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> None:
     try:
         await submit_rate(store, replies=min(1000, replies), in_flight=in_flight, tag="warm")
         rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
-        floor = await pg_floor(PG_URL, f"{prefix}ledger", replies=replies, connections=4)
+        size = store.connections
+        floor = await pg_floor(PG_URL, f"{prefix}ledger", replies=replies, connections=size)
         print(
             f"Postgres submit (record+claim+delivered): {rate:9,.0f} replies/s "
-            f"({in_flight} in flight, 4 connections)"
+            f"({in_flight} in flight, {size} connections)"
         )
         print(
-            f"Postgres floor, same statements, 4 autocommit connections: {floor:9,.0f} "
+            f"Postgres floor, same statements, {size} autocommit connections: {floor:9,.0f} "
             f"replies/s  ratio {rate / floor:.2f}"
         )
         async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
@@ -269,8 +270,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--replies", type=int, default=30_000)
     parser.add_argument("--sweep-rows", type=int, default=100_000)
+    parser.add_argument("--pg-replies", type=int, default=5_000)
     parser.add_argument(
-        "--pg-sweep-rows", type=int, default=100_000, help="rows for the PostgreSQL boot sweep"
+        "--pg-sweep-rows", type=int, default=20_000, help="rows for the PostgreSQL boot sweep"
     )
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--no-postgres", action="store_true")
@@ -278,7 +280,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         await bench_sqlite(Path(folder), args.replies, args.sweep_rows, args.in_flight)
     if not args.no_postgres:
-        await bench_postgres(args.replies, args.pg_sweep_rows, args.in_flight)
+        await bench_postgres(args.pg_replies, args.pg_sweep_rows, args.in_flight)
 
 
 if __name__ == "__main__":

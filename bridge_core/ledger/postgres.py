@@ -57,7 +57,7 @@ class PostgresLedgerStore:
         owner: str | None = None,
         table_prefix: str = "bridge_",
         lease: float = 60.0,
-        connections: int = 4,
+        connections: int = 8,
     ) -> None:
         if not _PREFIX.match(table_prefix):
             raise ValueError(
@@ -69,7 +69,7 @@ class PostgresLedgerStore:
         self.prefix = table_prefix
         self.lease = lease
         self._owner = owner if owner is not None else str(current_owner())
-        self._size = connections
+        self.connections = connections
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._free: anyio.Semaphore | None = None
         p = table_prefix
@@ -113,8 +113,8 @@ class PostgresLedgerStore:
             ) from error
 
     async def open(self) -> None:
-        self._idle = [await self._connect() for _ in range(self._size)]
-        self._free = anyio.Semaphore(self._size)
+        self._idle = [await self._connect() for _ in range(self.connections)]
+        self._free = anyio.Semaphore(self.connections)
         p = self.prefix
         async with self.connection() as conn, conn.transaction():
             # Concurrent CREATE ... IF NOT EXISTS can still collide: serialise them.
@@ -176,6 +176,8 @@ class PostgresLedgerStore:
         try:
             async with self.connection() as conn:
                 await conn.execute(f"DELETE FROM {self._owners} WHERE owner = %s", (self._owner,))
+        except psycopg.Error:
+            pass  # the lease then simply expires: others take over a little later
         finally:
             for conn in self._idle:
                 await conn.close()
