@@ -404,7 +404,22 @@ def command(
     seed: int,
     as_json: bool,
 ) -> None:
-    """Replay EVENTS.jsonl through the real sender and notifier on virtual time."""
+    """Replay EVENTS.jsonl through the real sender and notifier on virtual time.
+
+    One JSON object per line, ``t`` in seconds from the start (never going back):
+
+    \b
+      {"t": 12.5, "kind": "AgentSpawned", "agent": "a1", "workspace": "w1"}
+      {"t": 14, "kind": "StatusChanged", "agent": "a1", "status": "testing"}
+      {"t": 90, "kind": "AgentFinished", "agent": "a1", "outcome": "done",
+       "cost": 0.3, "turns": 7}
+      {"t": 30, "fault": "rate_limited", "retry_after": 5}
+      {"t": 40, "fault": "not_found"}     {"t": 50, "fault": "forbidden"}
+
+    A fault makes the next send at or after t fail with that error. Prints posts, edits, the
+    largest burst, the peak hourly rate and how long each terminal state waited; exits 1 if the
+    budget or the edit spacing was broken.
+    """
     items = read_log(events)
     config = _read_config(config_path)
     capabilities, budget, source = _provider_profile(provider_name)
