@@ -433,8 +433,8 @@ def parse_config(
     except ValidationError as exc:
         problems.extend(problems_from(exc, prefix="", model=BridgeConfig))
         raise ConfigError(path, problems) from None
-    if problems:
-        raise ConfigError(path, problems)
+    # A missing environment variable leaves the structure valid: go on to find the other problems.
+    missing_env = {problem.key for problem in problems}
     config = config.model_copy(update={"path": path})
     if path is not None:
         ledger = config.stores.ledger_path
@@ -466,7 +466,15 @@ def parse_config(
                     )
                 )
     if problems:
-        raise ConfigError(path, problems)
+        # The empty stand-in for a missing variable must not add a second problem at its key.
+        raise ConfigError(
+            path,
+            [
+                problem
+                for index, problem in enumerate(problems)
+                if index < len(missing_env) or problem.key not in missing_env
+            ],
+        )
     return config
 
 

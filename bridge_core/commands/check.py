@@ -55,7 +55,10 @@ def command(config_path: Path | None, as_json: bool) -> None:
         profiles.add_column(column)
     for name, profile in config.profiles.items():
         budget = describe_budget(profile.send_budget) if profile.send_budget else "-"
-        settings = json.dumps(view["profiles"][name]["settings"], ensure_ascii=False)
+        # The table shows what the file sets; --json shows every setting in effect.
+        given = getattr(profile.settings, "model_fields_set", set())
+        shown = {k: v for k, v in view["profiles"][name]["settings"].items() if k in given}
+        settings = json.dumps(shown, ensure_ascii=False)
         profiles.add_row(name, profile.provider, budget, settings)
     console.print(profiles)
     channels = Table(title="channels")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from bridge_core.config import (
     CONFIG_ENV_VAR,
@@ -366,3 +366,36 @@ def test_a_thread_on_a_provider_without_threads_is_an_error() -> None:
     }
     del data["channels"]["ops"]["thread"]
     assert parse_config(data, providers=registry).channels["ops"].thread is None
+
+
+class _TokenSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token: Secret
+
+    @field_validator("token")
+    @classmethod
+    def _not_empty(cls, value: Secret) -> Secret:
+        if not value.get_secret_value():
+            raise ValueError("token is empty")
+        return value
+
+
+def test_a_missing_variable_does_not_hide_other_problems_or_add_its_own() -> None:
+    tokened = ProviderType(
+        name="tokened",
+        capabilities=Capabilities(edit=True, max_length=100),
+        budget=SLACK_BUDGET,
+        settings_model=_TokenSettings,
+        factory=lambda settings, context: ChatProvider(),
+    )
+    registry = ProviderRegistry([RegisteredProvider(tokened, "bridge-tokened", "1.0")])
+    data = {
+        "profiles": {"t": {"provider": "tokened", "settings": {"token": {"env": "UNSET_VAR"}}}},
+        "channels": {"ops": {"profile": "typo", "channel_id": "C"}},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=registry, environ={})
+    assert problems_of(caught) == {
+        "profiles.t.settings.token": "environment variable UNSET_VAR is not set (export it)",
+        "channels.ops.profile": "no profile named 'typo' (profiles: t)",
+    }
