@@ -33,7 +33,6 @@ Exception hierarchy::
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import random as random_module
@@ -147,7 +146,6 @@ class ChannelSender:
         self._recheck_at = -math.inf
         self._gave_up: Unreachable | None = None
         self._running = False
-        self._seq = itertools.count()
         self._task_group: TaskGroup | None = None
 
     # ------------------------------------------------------------------ state for health/metrics
@@ -204,7 +202,7 @@ class ChannelSender:
         once the channel has been given up.
         """
         self._refuse_if_unhealthy()
-        work = _Work(("send", next(self._seq)), op, self._check_priority(priority), keyed=False)
+        work = _Work(object(), op, self._check_priority(priority), keyed=False)
         work.waiter = anyio.Event()
         self._enqueue(work)
         try:
@@ -386,14 +384,14 @@ class ChannelSender:
     def _fail_unkeyed(self, error: ProviderError) -> None:
         for queue in self._queues:
             for key in [key for key, work in queue.items() if not work.keyed]:
-                self._resolve(queue.pop(key), error)
+                self._resolve(queue.pop(key), _fresh(error))
 
     async def _step(self) -> None:
         now = anyio.current_time()
         if self._gave_up is not None:
             for queue in self._queues:
                 for abandoned in list(queue.values()):
-                    self._resolve(abandoned, self._gave_up)
+                    self._resolve(abandoned, _fresh(self._gave_up))
                 queue.clear()
             await self._wait(math.inf)
             return
@@ -505,3 +503,11 @@ class ChannelSender:
         if len(self._last_write) > 4096:
             horizon = now - self.budget.edit_spacing
             self._last_write = {m: t for m, t in self._last_write.items() if t > horizon}
+
+
+def _fresh(error: ProviderError) -> ProviderError:
+    """A new instance for each waiter: one exception raised in many tasks tangles tracebacks."""
+    try:
+        return type(error)(*error.args)
+    except TypeError:  # a subclass with another signature: share the instance after all
+        return error
