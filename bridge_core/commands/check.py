@@ -56,7 +56,7 @@ def command(config_path: Path | None, as_json: bool) -> None:
     for name, profile in config.profiles.items():
         budget = describe_budget(profile.send_budget) if profile.send_budget else "-"
         # The table shows what the file sets; --json shows every setting in effect.
-        given = getattr(profile.settings, "model_fields_set", set())
+        given: set[str] = getattr(profile.settings, "model_fields_set", set())
         shown = {k: v for k, v in view["profiles"][name]["settings"].items() if k in given}
         settings = json.dumps(shown, ensure_ascii=False)
         profiles.add_row(name, profile.provider, budget, settings)
