@@ -76,7 +76,22 @@ def lives(draw: st.DrawFn) -> list[Life]:
             )
         )
         ws = draw(st.sampled_from(["w0", "w1"]))
-        out.append(Life(f"ag{n}", ws, spawn, tuple(changes), end, draw(st.booleans())))
+        life = Life(f"ag{n}", ws, spawn, tuple(changes), end, draw(st.booleans()))
+        out.append(life)
+        if end is not None and draw(st.booleans()):
+            # A second life of the same name, in the other workspace (so messages and summary
+            # places tell the lives apart), after the first one's late AgentGone.
+            ended = (changes[-1] if changes else spawn) + end[0]
+            again = ended + draw(st.floats(2, 30).map(lambda x: round(x, 1)))
+            out.append(
+                Life(
+                    life.name,
+                    "w1" if ws == "w0" else "w0",
+                    again,
+                    (again + 1.0,),
+                    draw(st.none() | st.just((3.0, "done"))),
+                )
+            )
     return out
 
 
@@ -187,16 +202,17 @@ def check(fleet: list[Life], entries: list[TranscriptEntry], budget: SendBudget,
         if entry.op != "error" and entry.message_id not in deleted:
             assert entry.message_id is not None
             last[entry.message_id] = entry
-    by_name = {life.name: life for life in fleet}
-    own: dict[str, list[str]] = {}
-    in_summary: set[str] = set()
+    by_key = {(life.name, life.workspace): life for life in fleet}
+    own: dict[tuple[str, str], list[str]] = {}
+    in_summary: set[tuple[str, str]] = set()
     for message in last.values():
         summary = SUMMARY_LINE.match(message.text)
         if summary:
             names = summary.group(4).split(", ")
             assert len(names) == int(summary.group(1))  # at most 9 agents: all listed
-            in_summary.update(names)
-            members = [by_name[n] for n in names]
+            keys = [(name, summary.group(2)) for name in names]
+            in_summary.update(keys)
+            members = [by_key[key] for key in keys]
             ends = [m.end[1] if m.end else "running" for m in members]
             if edit:
                 counts = summary.group(3)
@@ -207,14 +223,15 @@ def check(fleet: list[Life], entries: list[TranscriptEntry], budget: SendBudget,
             continue
         match = AGENT_LINE.match(message.text)
         assert match, message.text
-        own.setdefault(match.group(1), []).append(message.text)
+        own.setdefault((match.group(1), match.group(2)), []).append(message.text)
     for life in fleet:
-        texts = own.get(life.name, [])
+        key = (life.name, life.workspace)
+        texts = own.get(key, [])
         failure = life.end is not None and life.end[1] in ("failed", "crashed")
-        if life.end is not None and (failure or not edit or life.name not in in_summary):
+        if life.end is not None and (failure or not edit or key not in in_summary):
             # The terminal state was delivered as the agent's own message.
             assert any(final_text(life) in t for t in texts), (life, texts)
-        if edit and life.name not in in_summary:
+        if edit and key not in in_summary:
             for text in texts:  # every live message of it shows its latest state
                 assert final_text(life) in text, (life, text)
 
