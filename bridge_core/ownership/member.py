@@ -6,10 +6,12 @@ answered are answered), then follows the log with its own cursor, folding every 
 ``GroupView`` and calling ``on_turn(turn, history)`` for each turn the view says it must
 deliver: turns it owns, turns it takes over at a leave, orphans it adopts at a join.
 
-One conversation's turns are handed to ``on_turn`` one at a time, in log order (the view's
-"answered" rule relies on it); different conversations run concurrently up to
-``max_concurrent``. The handler records its answer with ``log.record_frame`` (or
-``member.record_frame``) before sending it. It may raise ``AgentBusy``: ``on_busy(turn, error)``
+One conversation's turns are handed to ``on_turn`` one at a time, in log order (turns taken
+over are slotted in by seq among the ones still queued); different conversations run
+concurrently up to ``max_concurrent``. The handler records an answer for every turn with
+``log.record_frame`` (or ``member.record_frame``) before sending it: a turn without a frame is
+unanswered, and is delivered again if this member leaves. It may raise ``AgentBusy``:
+``on_busy(turn, error)``
 is then called so the runtime sends a short busy notice (never silence).
 
 The member heartbeats every ``heartbeat`` seconds and runs the reaper; a member whose heartbeat
@@ -51,6 +53,10 @@ and frames up to and including it."""
 
 BusyHandler = Callable[[Turn, AgentBusy], Awaitable[None]]
 """``on_busy(turn, error)``: tell the end user the agent is busy (the runtime sends it)."""
+
+
+def _seq(turn: Turn) -> int:
+    return turn.seq
 
 
 @dataclass(slots=True)
@@ -250,8 +256,14 @@ class AgentGroupMember:
                 queue = self._queues[turn.conversation] = deque()
                 queue.append(turn)
                 tg.start_soon(self._drain, turn.conversation, queue)
-            else:
+            elif not queue or turn.seq > queue[-1].seq:
                 queue.append(turn)
+            else:
+                # a takeover hands over older turns: keep the conversation in log order
+                queue.append(turn)
+                ordered = sorted(queue, key=_seq)
+                queue.clear()
+                queue.extend(ordered)
 
     async def _drain(self, conversation: str, queue: deque[Turn]) -> None:
         try:

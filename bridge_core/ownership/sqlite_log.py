@@ -120,6 +120,11 @@ class _Tx:
         self.created: list[LogRecord] = []
         self.pruned = False
 
+    @property
+    def loaded(self) -> bool:
+        """Whether ``prev_seq`` was read (every write that appends or admits reads it)."""
+        return self._last is not None
+
     def now(self) -> float:
         if self._last is None:
             row = self.conn.execute(
@@ -259,7 +264,7 @@ class SqliteConversationLog:
                         )
                         if tx is not None and tx.pruned:
                             self._cache, self._cache_after = [], None  # it may hold pruned rows
-                        if tx is not None and tx.created:
+                        if tx is not None and tx.loaded:
                             self._cache_own(tx.prev_seq, tx.created)
                         for item in batch:
                             item.done.set()
@@ -491,6 +496,9 @@ class SqliteConversationLog:
             self._verified_at = anyio.current_time()
 
     def _cache_own(self, prev_seq: int, created: list[LogRecord]) -> None:
+        """Our commit appended ``created`` after the channel's record ``prev_seq``."""
+        if self._cache_after is None and not created:
+            return
         if self._cache_after is None:
             self._cache, self._cache_after, self._cache_end = [], prev_seq, prev_seq
         if prev_seq == self._cache_end:

@@ -11,9 +11,11 @@ The rules (issue 5, after seed ADR-0069):
   before the turn's ``inserted_at``, the highest rendezvous score (``hashing``); when none is
   eligible yet, every present member counts.
 - Pending turns: the view keeps, per conversation, the user turns no agent frame has answered,
-  each with the owner it was assigned to. A frame by member ``m`` answering turn ``s`` settles
-  ``s`` and every earlier pending turn of that conversation assigned to ``m`` (a member handles
-  one conversation's turns in order, so an answer to ``s`` means the earlier ones were handled).
+  each with the owner it was assigned to. A frame answering turn ``s`` settles ``s`` and nothing
+  else: a takeover can hand a member older turns after it answered a newer one, so "answered a
+  later turn" does not mean "handled this one". Every handled turn needs its own frame (the
+  runtime records one for every turn, a busy notice included); a turn handled without one stays
+  pending and is delivered again if its owner leaves.
   At most ``max_conversations`` conversations are kept, the least recently active dropped first:
   the log stays the truth, this is a cache.
 - Takeover: at a leave record the departed member's pending turns go, per conversation, to the
@@ -215,9 +217,7 @@ class GroupView:
         kept: list[tuple[Turn, str | None]] = []
         settled: list[str | None] = []
         for turn, owner in entry.turns:
-            if turn.seq == frame.answers_seq or (
-                owner == frame.member and turn.seq <= frame.answers_seq
-            ):
+            if turn.seq == frame.answers_seq:
                 settled.append(owner)
             else:
                 kept.append((turn, owner))

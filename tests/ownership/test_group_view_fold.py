@@ -92,21 +92,43 @@ def test_every_member_decides_alike_over_a_random_history() -> None:
         assert sum(1 for m in deliverers[turn.seq] if m in present) == 1
 
 
-def test_frames_settle_the_answered_turn_and_the_answerers_earlier_ones() -> None:
+def test_a_frame_settles_only_the_turn_it_answers() -> None:
     log = Log()
     log.join("a", settle=0.0)
     log.join("b", settle=0.0)
     view, _ = fold("b", log.records)
     author = next(f"u{i}" for i in range(100) if view.owner(f"{CH}/u/u{i}", 1e9) == "a")
     t1, t2, t3 = log.turn(author), log.turn(author), log.turn(author)
-    log.frame(t2, "a")  # a answered t2, hence handled t1 (in-order per conversation)
+    log.frame(t2, "a")
     view, delivered = fold("b", log.records)
     assert delivered == []
-    assert [t.seq for t, owner in view.pending(t1.conversation)] == [t3.seq]
-    # a's leave hands b only the unanswered t3
+    assert [t.seq for t, owner in view.pending(t1.conversation)] == [t1.seq, t3.seq]
+    # a's leave hands b the unanswered t1 and t3, never the answered t2
     log.leave("a")
     _, delivered = fold("b", log.records)
-    assert [t.seq for t in delivered] == [t3.seq]
+    assert [t.seq for t in delivered] == [t1.seq, t3.seq]
+
+
+def test_a_takeover_of_older_turns_after_answering_a_newer_one_loses_nothing() -> None:
+    """The soak found it: b owned t3 and answered it after taking over a's t1 and t2; those
+    must stay pending until b answers them too (b's later leave hands them on)."""
+    log = Log()
+    for member in ("a", "b", "c"):
+        log.join(member, settle=0.0)
+    view, _ = fold(None, log.records)
+    author = next(
+        f"u{i}"
+        for i in range(1000)
+        if view.owner(f"{CH}/u/u{i}", 1e9) == "a"
+        and GroupView(me=None, members={"b": 0.0, "c": 0.0}).owner(f"{CH}/u/u{i}", 1e9) == "b"
+    )
+    t1, t2 = log.turn(author), log.turn(author)
+    log.leave("a")  # b takes over t1 and t2
+    t3 = log.turn(author)  # b owns it
+    log.frame(t3, "b")
+    log.leave("b", LeaveReason.GRACEFUL)  # before it handled t1 and t2
+    _, by_c = fold("c", log.records)
+    assert by_c == [t1, t2]
 
 
 def test_a_frame_by_a_non_owner_settles_only_the_turn_it_answers() -> None:
