@@ -87,6 +87,12 @@ async def until(condition: Any, limit: float = 10.0) -> None:
             await anyio.sleep(0.01)
 
 
+async def rows_reach(gateway: Gateway, state: str, count: int) -> None:
+    with anyio.fail_after(10):
+        while (await gateway.ledger_counts())[state] != count:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
 def message(i: int, text: str) -> InboundMessage:
     return InboundMessage(
         message_id=f"m{i}", channel="ops", author="ann", text=text, at=time.time()
@@ -134,6 +140,7 @@ async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
             return [(p["channel"], p["text"]) for p in posts(tmp_path) if p["op"] == "post"]
 
         await until(lambda: len(texts()) >= 6)
+        await rows_reach(gateway, "delivered", 4)  # settled just after each send
         health = await gateway.health()
         assert health.unhealthy == []
         metrics = (await gateway.metrics_text()).decode()
@@ -211,12 +218,11 @@ async def test_a_rebuilt_connection_takes_over_sending_and_resends_failed_rows(
     async with gateway:
         await gateway.accept_message(MessageRequest(channel="ops", text="after the outage"))
         await until(lambda: gateway.channels["ops"].sender.stats.transport_errors >= 1)
-        counts = await gateway.ledger_counts()
-        assert counts["failed"] == 1
+        await rows_reach(gateway, "failed", 1)  # settled just after the send failed
         FlakyProvider.drop_now.set()
         await until(lambda: len(FlakyProvider.built) == 2 and FlakyProvider.built[1].posted)
         assert gateway.channels["ops"].sender.provider is FlakyProvider.built[1]
-        assert (await gateway.ledger_counts())["delivered"] == 1
+        await rows_reach(gateway, "delivered", 1)
     [text] = FlakyProvider.built[1].posted
     assert is_marked(text) and text.endswith("after the outage")
 
@@ -276,6 +282,6 @@ async def test_a_crash_between_the_ledger_row_and_the_frame_answers_once(tmp_pat
     async with second:
         await until(lambda: len(runs) == 2)  # the turn had no frame: it is answered again
         await until(lambda: second.channels["ops"].answered == 1)
-        assert (await second.ledger_counts())["delivered"] == 1
+        await rows_reach(second, "delivered", 1)
     sent = [p["text"] for p in posts(tmp_path) if p["op"] == "post"]
     assert sent == ["echo: hello"]  # the boot sweep sent the row clean; the re-answer added none
