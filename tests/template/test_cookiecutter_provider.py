@@ -1,9 +1,10 @@
 """The provider template: generate a project, install it in a fresh virtual environment, and
 check that bridge-core lists it and that its own tests pass with no edits.
 
-This is the slowest test of the suite (a virtual environment and two editable installs, about
-20 s on an idle machine; pip reuses its cache), and CI must run it: it is the only proof that the
-template's entry point, packaging and tests work for someone who starts from it.
+This is the slowest test of the suite (a virtual environment and two editable installs: 50 to
+70 s measured on a two-core machine at load 8; pip reuses its cache), and CI must run it: it is
+the only proof that the template's entry point, packaging and tests work for someone who
+starts from it.
 """
 
 from __future__ import annotations
