@@ -15,6 +15,7 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: hookspecs -->
     <!-- generated: metrics -->
     <!-- generated: kit-modules -->
+    <!-- generated: log-records -->
     <!-- generated: event-kinds -->
     <!-- generated: notify-examples -->
     <!-- generated: ledger-markers -->
@@ -60,6 +61,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "kit-modules": code_tables.kit_modules,
     "ledger-markers": code_tables.ledger_markers,
     "ledger-schedule": code_tables.ledger_schedule,
+    "log-records": code_tables.log_records,
     "metrics": code_tables.metrics_table,
     "notify-examples": code_tables.notify_examples,
     "platform-errors": code_tables.platform_errors,

@@ -19,6 +19,7 @@ __all__ = [
     "kit_modules",
     "ledger_markers",
     "ledger_schedule",
+    "log_records",
     "metrics_table",
     "notify_examples",
     "platform_errors",
@@ -244,6 +245,25 @@ def event_kinds() -> str:
     except events.EventError as error:
         rows.append("")
         rows.append(f"A bad event is refused with the field and what was wrong: `{error}`.")
+    return "\n".join(rows) + "\n"
+
+
+def log_records() -> str:
+    """The conversation log's record types (what an agent's history holds), with their fields."""
+    import dataclasses
+
+    from bridge_core import conversation
+
+    rows = ["| record | what it is | fields |", "|---|---|---|"]
+    for cls in (conversation.Turn, conversation.Frame, conversation.Join, conversation.Leave):
+        fields = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls))
+        summary = {
+            "Turn": "a user message admitted into the channel's log",
+            "Frame": "an agent's answer, recorded before it is sent",
+            "Join": "a member joined the channel's agent group",
+            "Leave": "a member left, gracefully or by expiry",
+        }[cls.__name__]
+        rows.append(f"| `{cls.__name__}` | {summary} | {fields} |")
     return "\n".join(rows) + "\n"
 
 

@@ -353,3 +353,34 @@ def test_the_errors_page_has_every_code_of_the_installed_plugins(site: Path) -> 
             assert f"<code>{error.__name__}</code>" in html
             checked += 1
     assert checked > 0, "no plugin installed: the README's test command installs them all"
+
+
+def test_the_agent_example_runs(tmp_path: Path) -> None:
+    """The example on the agents page is a working agent: it answers, and it says busy."""
+    import anyio
+
+    from bridge_core.conversation import Turn
+    from bridge_core.ownership import AgentBusy
+    from bridge_core.runtime.agents import load_agent
+
+    text = (DOCS / "agents.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", text, re.S)
+    assert code is not None
+    (tmp_path / "docs_example_agent.py").write_text(code.group(1), encoding="utf-8")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        agent = load_agent("docs_example_agent:answer")
+        module = sys.modules["docs_example_agent"]
+    finally:
+        sys.path.remove(str(tmp_path))
+    first = Turn("C1", "C1/u/ann", 1, 10.0, "m1", "ann", "hello")
+    second = Turn("C1", "C1/u/ann", 2, 11.0, "m2", "ann", "again")
+
+    async def scenario() -> None:
+        reply = await agent(second, [first, second])
+        assert reply == "You said 'again' (1 earlier messages here)."
+        setattr(module, "running", module.MAX_AT_ONCE)  # noqa: B010 - a module made at run time
+        with pytest.raises(AgentBusy):
+            await agent(second, [second])
+
+    anyio.run(scenario)
