@@ -9,6 +9,7 @@ Each figure is printed with its floor measured in the same run:
 - turns/s admitted through the Redis log and delivered to three members (admission, fold,
   owner, on_turn); floor: raw XADD by the same number of concurrent writers with three raw
   XREAD readers on the same server;
+- the same through the in-memory log (no I/O: what the three members themselves cost);
 - the same through the SQLite log; floor: bare INSERTs of the same rows at the same durability
   (WAL, synchronous=FULL) committed in batches of the size the log's group commit reached.
 """
@@ -242,6 +243,19 @@ def main() -> None:
         f"raw XADD/XREAD floor {floor:8.0f} /s   ratio {ours / floor:4.2f}"
     )
 
+    from bridge_core.ownership import MemoryConversationLog, MemoryLogStore
+
+    store = MemoryLogStore()
+
+    async def memory_opener() -> Any:
+        return MemoryConversationLog(store, channel="C")
+
+    ceiling = asyncio.run(through_log(memory_opener, args.turns))
+    print(
+        f"memory log (no I/O), {args.turns} turns -> 3 members: {ceiling:8.0f} turns/s "
+        "(the members' own cost: the ceiling for any backend in one process)"
+    )
+
     with tempfile.TemporaryDirectory() as tmp:
         from bridge_core.ownership.sqlite_log import SqliteConversationLog
 
@@ -251,9 +265,7 @@ def main() -> None:
         async def opener() -> Any:
             # members are tasks of one process sharing the process's log handle
             if not handles:
-                handles.append(
-                    await SqliteConversationLog.open(path, channel="C")
-                )
+                handles.append(await SqliteConversationLog.open(path, channel="C"))
             return _Shared(handles[0])
 
         ours = asyncio.run(through_log(opener, args.turns))
