@@ -77,6 +77,10 @@ class InboundDedup:
             self._seen.popitem(last=False)
         return False
 
+    def forget(self, message_id: str) -> None:
+        """Drop ``message_id`` (its handling failed: the platform's retry must get through)."""
+        self._seen.pop(message_id, None)
+
     def live(self) -> list[tuple[str, float]]:
         """The live ids and their seen times, oldest first."""
         self._expire(self.clock())
@@ -95,13 +99,20 @@ class InboundDedup:
 
 
 def deduplicated(sink: InboundSink, dedup: InboundDedup) -> InboundSink:
-    """A sink that drops messages seen within ``dedup``'s window and messages bots wrote."""
+    """A sink that drops messages seen within ``dedup``'s window and messages bots wrote.
+
+    If ``sink`` fails, the id is forgotten again, so the platform's retry is not dropped.
+    """
 
     async def filtered(message: InboundMessage) -> None:
         if message.author_is_bot:
             return
         if dedup.seen_before(message.message_id):
             return
-        await sink(message)
+        try:
+            await sink(message)
+        except BaseException:
+            dedup.forget(message.message_id)
+            raise
 
     return filtered

@@ -110,6 +110,23 @@ async def test_the_deduplicated_sink_drops_replays_and_bots() -> None:
     assert got == ["a", "c"]
 
 
+@pytest.mark.anyio
+async def test_a_message_whose_handling_failed_is_not_dropped_on_retry() -> None:
+    attempts: list[str] = []
+
+    async def flaky_sink(message: InboundMessage) -> None:
+        attempts.append(message.message_id)
+        if len(attempts) == 1:
+            raise TransportError("the log did not answer")
+
+    filtered = deduplicated(flaky_sink, InboundDedup(clock=Clock()))
+    with pytest.raises(TransportError):
+        await filtered(msg("a"))
+    await filtered(msg("a"))  # the platform's retry
+    await filtered(msg("a"))  # a replay after success: dropped
+    assert attempts == ["a", "a"]
+
+
 # ---------------------------------------------------------------------- watcher
 
 
