@@ -41,11 +41,17 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @dataclass(frozen=True, slots=True)
 class ProviderContext:
-    """What the core hands a provider factory besides its settings."""
+    """What the core hands a provider factory besides its settings.
+
+    ``api_base_url`` overrides the platform's API base (tests, proxies); ``public_url`` is how the
+    platform reaches this gateway (for providers that register webhooks). The two are different
+    directions and must never be confused: a provider posts to ``api_base_url``.
+    """
 
     profile: str
     kv: KeyValueStore | None = None
     api_base_url: str | None = None
+    public_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

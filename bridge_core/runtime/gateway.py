@@ -384,7 +384,7 @@ class Gateway:
     def _make_provider(self, name: str, profile: ProfileConfig, kv: KeyValueStore) -> ChatProvider:
         if profile.provider_type is None:
             raise GatewayError(f"profile {name!r}: provider {profile.provider!r} is not resolved")
-        context = ProviderContext(profile=name, kv=kv, api_base_url=self.public_url)
+        context = ProviderContext(profile=name, kv=kv, public_url=self.public_url)
         return profile.provider_type.factory(profile.settings, context)
 
     def _agent_for(self, channel: str, reference: str | None) -> Agent | None:
