@@ -1,17 +1,33 @@
-"""bridge-discord: the Discord provider for bridge-core, on discord.py."""
+"""bridge-discord: the Discord provider for bridge-core, on discord.py.
 
+The names that need discord.py (``DiscordProvider``, ``CODE_TABLE``, ``map_discord_error``,
+``inbound_from_message``) are imported on first use, so loading the plugin to list providers or
+check a config does not import the SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
 import warnings
+from typing import TYPE_CHECKING, Any
 
-with warnings.catch_warnings():
-    # discord.py imports audioop for voice, deprecated since Python 3.11; the warning would fail
-    # any host that turns warnings into errors (pytest with filterwarnings=error) at plugin load.
-    warnings.filterwarnings("ignore", message=".*audioop.*", category=DeprecationWarning)
-    import discord  # noqa: F401
+if sys.version_info < (3, 13):
+    with warnings.catch_warnings():
+        # discord.py imports audioop for voice, deprecated since Python 3.11; the warning would
+        # fail any host that turns warnings into errors (pytest with filterwarnings=error) when
+        # discord.py first loads. Importing the (small, C) module here, quietly, means discord.py
+        # finds it already loaded, whichever of this package's modules imports discord.py first.
+        warnings.filterwarnings("ignore", message=".*audioop.*", category=DeprecationWarning)
+        import audioop  # noqa: F401
 
-from bridge_discord.errors import CODE_TABLE, map_discord_error
-from bridge_discord.inbound import inbound_from_message
 from bridge_discord.plugin import create_provider, provider_type
-from bridge_discord.provider import CAPABILITIES, MAX_LENGTH, DiscordProvider, DiscordSettings
+from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
+
+if TYPE_CHECKING:
+    from bridge_discord.errors import CODE_TABLE, map_discord_error
+    from bridge_discord.inbound import inbound_from_message
+    from bridge_discord.provider import DiscordProvider
 
 __all__ = [
     "CAPABILITIES",
@@ -24,3 +40,17 @@ __all__ = [
     "map_discord_error",
     "provider_type",
 ]
+
+_SDK_NAMES = {
+    "CODE_TABLE": "bridge_discord.errors",
+    "DiscordProvider": "bridge_discord.provider",
+    "inbound_from_message": "bridge_discord.inbound",
+    "map_discord_error": "bridge_discord.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SDK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bridge_discord' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -23,6 +23,8 @@ import discord
 import yarl
 from discord.http import HTTPClient, Route
 
+from bridge_discord.settings import DEFAULT_API_BASE
+
 __all__ = [
     "DEFAULT_API_BASE",
     "BridgeClient",
@@ -31,8 +33,6 @@ __all__ = [
     "current_call",
     "make_trace_config",
 ]
-
-DEFAULT_API_BASE = "https://discord.com/api/v10"
 
 
 @dataclass(slots=True)

@@ -1,18 +1,29 @@
-"""The entry point bridge-core loads (group ``bridge_core``, name ``discord``)."""
+"""The entry point bridge-core loads (group ``bridge_core``, name ``discord``).
+
+Declaring the provider type imports only ``bridge_discord.settings`` (pydantic and bridge-core):
+discord.py loads when the factory first builds a provider, so ``chatbridge providers`` and
+``chatbridge check`` never pay for it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bridge_core import DISCORD_BUDGET
 from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
-from bridge_discord.provider import CAPABILITIES, DiscordProvider, DiscordSettings
+from bridge_discord.settings import CAPABILITIES, DiscordSettings
+
+if TYPE_CHECKING:
+    from bridge_discord.provider import DiscordProvider
 
 __all__ = ["create_provider", "provider_type", "register_providers"]
 
 
 def create_provider(settings: DiscordSettings, context: ProviderContext) -> DiscordProvider:
     """Build one Discord provider instance for a bot profile."""
+    from bridge_discord.provider import DiscordProvider  # the SDK loads here, not at plugin load
+
     return DiscordProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
 
 

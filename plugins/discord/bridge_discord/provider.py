@@ -17,15 +17,12 @@ from typing import Any, TypeVar
 
 import anyio
 import discord
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from bridge_core import (
-    Capabilities,
     ChatProvider,
     ConnectionLost,
     Forbidden,
     InboundSink,
-    LengthUnit,
     MessageRef,
     NotFound,
     ProviderError,
@@ -34,25 +31,14 @@ from bridge_core import (
     Unreachable,
 )
 from bridge_core.text import measure, neutralise_mass_mentions
-from bridge_discord.client import DEFAULT_API_BASE, BridgeClient, CallTrace, current_call
+from bridge_discord.client import BridgeClient, CallTrace, current_call
 from bridge_discord.errors import map_discord_error
 from bridge_discord.inbound import inbound_from_message
+from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
 
 __all__ = ["CAPABILITIES", "MAX_LENGTH", "DiscordProvider", "DiscordSettings"]
 
 T = TypeVar("T")
-
-MAX_LENGTH = 2000
-# Discord documents 2,000 "characters" without saying which; UTF-16 code units are never fewer
-# than code points, so measuring in them can only err on the safe side (ADR 0045).
-CAPABILITIES = Capabilities(
-    edit=True,
-    max_length=MAX_LENGTH,
-    length_unit=LengthUnit.UTF16,
-    threads=True,
-    inbound=True,
-    probe=True,
-)
 
 _SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
 
@@ -65,31 +51,6 @@ _INTENTS_ADVICE = (
 
 # discord.py refuses anything shorter; our own deadline is what actually bounds a call.
 _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
-
-
-class DiscordSettings(BaseModel):
-    """A Discord bot profile's ``settings`` table."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-    token: SecretStr = Field(description="The bot token (put it in config as an env reference).")
-    api_base_url: str = Field(
-        DEFAULT_API_BASE, description="REST API base, for proxies and tests; versioned path."
-    )
-    gateway_url: str | None = Field(
-        None,
-        description="Gateway websocket URL; None uses discord.py's (wss://gateway.discord.gg).",
-    )
-    call_deadline: float = Field(
-        15.0,
-        gt=0,
-        le=120,
-        description="Longest one post or edit may take, including discord.py's absorbed waits.",
-    )
-    inbound: bool = Field(False, description="Connect to the gateway and deliver user messages.")
-    message_content_intent: bool = Field(
-        True, description="Ask for the privileged message-content intent when inbound is on."
-    )
 
 
 class DiscordProvider(ChatProvider):

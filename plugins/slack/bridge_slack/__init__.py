@@ -2,18 +2,24 @@
 
 Installed, it registers the provider type ``slack`` through the ``bridge_core`` entry point
 (``bridge_slack.plugin``). See ``SlackSettings`` for a profile's settings.
+
+The names that need slack-sdk or aiohttp (``SlackProvider``, ``SlackEvents``, ``escape_slack``)
+are imported on first use, so loading the plugin to list providers or check a config does not
+import the SDK.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from bridge_slack.errors import SLACK_ERRORS, map_slack_error
-from bridge_slack.events import SlackEvents
 from bridge_slack.plugin import provider_type
-from bridge_slack.provider import (
-    SLACK_CAPABILITIES,
-    SLACK_CHUNK,
-    SlackProvider,
-    SlackSettings,
-    escape_slack,
-)
+from bridge_slack.settings import SLACK_CAPABILITIES, SLACK_CHUNK, SlackSettings
+
+if TYPE_CHECKING:
+    from bridge_slack.events import SlackEvents
+    from bridge_slack.provider import SlackProvider, escape_slack
 
 __all__ = [
     "SLACK_CAPABILITIES",
@@ -26,3 +32,16 @@ __all__ = [
     "map_slack_error",
     "provider_type",
 ]
+
+_SDK_NAMES = {
+    "SlackEvents": "bridge_slack.events",
+    "SlackProvider": "bridge_slack.provider",
+    "escape_slack": "bridge_slack.provider",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SDK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bridge_slack' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,18 +1,29 @@
-"""The entry point bridge-core loads (group ``bridge_core``, name ``slack``)."""
+"""The entry point bridge-core loads (group ``bridge_core``, name ``slack``).
+
+Declaring the provider type imports only ``bridge_slack.settings`` (pydantic and bridge-core):
+slack-sdk and aiohttp load when the factory first builds a provider, so ``chatbridge providers``
+and ``chatbridge check`` never pay for them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
 from bridge_core.provider import SLACK_BUDGET
-from bridge_slack.provider import SLACK_CAPABILITIES, SlackProvider, SlackSettings
+from bridge_slack.settings import SLACK_CAPABILITIES, SlackSettings
+
+if TYPE_CHECKING:
+    from bridge_slack.provider import SlackProvider
 
 __all__ = ["create_provider", "provider_type", "register_providers"]
 
 
 def create_provider(settings: SlackSettings, context: ProviderContext) -> SlackProvider:
     """One Slack provider for a bot profile; connects to nothing until it first sends."""
+    from bridge_slack.provider import SlackProvider  # the SDK loads here, not at plugin load
+
     return SlackProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
 
 

@@ -28,6 +28,8 @@ import aiohttp
 import anyio
 import jwt
 
+from bridge_teams.settings import BOT_FRAMEWORK_OPENID_URL
+
 __all__ = [
     "BOT_FRAMEWORK_ISSUER",
     "BOT_FRAMEWORK_OPENID_URL",
@@ -40,7 +42,6 @@ __all__ = [
 ]
 
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
-BOT_FRAMEWORK_OPENID_URL = "https://login.botframework.com/v1/.well-known/openidconfiguration"
 CLOCK_SKEW = 300.0
 
 

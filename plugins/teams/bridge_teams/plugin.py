@@ -1,18 +1,29 @@
-"""The entry point bridge-core loads (group ``bridge_core``, name ``teams``)."""
+"""The entry point bridge-core loads (group ``bridge_core``, name ``teams``).
+
+Declaring the provider type imports only ``bridge_teams.settings`` (pydantic and bridge-core):
+botbuilder, msrest and the rest load when the factory first builds a provider, so ``chatbridge
+providers`` and ``chatbridge check`` never pay for them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bridge_core import TEAMS_BUDGET
 from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
-from bridge_teams.provider import CAPABILITIES, TeamsProvider, TeamsSettings
+from bridge_teams.settings import CAPABILITIES, TeamsSettings
+
+if TYPE_CHECKING:
+    from bridge_teams.provider import TeamsProvider
 
 __all__ = ["create_provider", "provider_type", "register_providers"]
 
 
 def create_provider(settings: TeamsSettings, context: ProviderContext) -> TeamsProvider:
     """Build one Teams provider for a bot profile; conversation references go to ``context.kv``."""
+    from bridge_teams.provider import TeamsProvider  # the SDK loads here, not at plugin load
+
     return TeamsProvider(
         settings, profile=context.profile, kv=context.kv, api_base_url=context.api_base_url
     )

@@ -20,10 +20,8 @@ import re
 from collections.abc import Sequence
 
 from botbuilder.schema import Activity, ConversationReference
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from bridge_core import (
-    Capabilities,
     ChatProvider,
     HttpRequest,
     HttpResponse,
@@ -38,7 +36,6 @@ from bridge_core import (
 )
 from bridge_core.text import measure, neutralise_mass_mentions
 from bridge_teams.auth import (
-    BOT_FRAMEWORK_OPENID_URL,
     InvalidToken,
     KeySource,
     OpenIdKeys,
@@ -50,8 +47,8 @@ from bridge_teams.inbound import (
     conversation_id,
     inbound_from_activity,
 )
+from bridge_teams.settings import CAPABILITIES, MAX_TEXT_BYTES, TeamsSettings
 from bridge_teams.transport import (
-    DEFAULT_SCOPE,
     ClientCredentials,
     ConnectorTransport,
     ReferenceDefaults,
@@ -63,53 +60,12 @@ __all__ = ["CAPABILITIES", "MAX_TEXT_BYTES", "TeamsProvider", "TeamsSettings"]
 
 _log = logging.getLogger("bridge_teams")
 
-# Teams caps a message's whole payload near 28 KB. msrest serialises with JSON's ASCII escapes, so
-# text can grow up to threefold on the wire (an emoji's 4 UTF-8 bytes become a 12-byte surrogate
-# escape pair); 8,000 UTF-8 bytes of text stay under the cap with room for the envelope (ADR 0046).
-MAX_TEXT_BYTES = 8000
-CAPABILITIES = Capabilities(
-    edit=True,
-    max_length=MAX_TEXT_BYTES,
-    length_unit=LengthUnit.BYTES,
-    threads=True,
-    inbound=True,
-    probe=False,
-)
-
 _AT_TAG = re.compile(r"<(/?)(at\b)", re.IGNORECASE)
 _SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
 
 
 def default_token_url(tenant_id: str | None) -> str:
     return f"https://login.microsoftonline.com/{tenant_id or 'botframework.com'}/oauth2/v2.0/token"
-
-
-class TeamsSettings(BaseModel):
-    """A Teams bot profile's ``settings`` table."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-    app_id: str = Field(description="The bot's Microsoft app id.")
-    app_password: SecretStr = Field(description="The app's client secret (an env reference).")
-    tenant_id: str | None = Field(None, description="Tenant of a single-tenant bot.")
-    service_url: str | None = Field(
-        None,
-        description="Bot Connector service URL for channels no inbound activity has introduced "
-        "yet (e.g. https://smba.trafficmanager.net/teams/); the API base for tests and proxies.",
-    )
-    token_url: str | None = Field(
-        None, description="OAuth token endpoint; default: login.microsoftonline.com for the tenant."
-    )
-    oauth_scope: str = Field(DEFAULT_SCOPE, description="Scope of the connector token.")
-    openid_metadata_url: str = Field(
-        BOT_FRAMEWORK_OPENID_URL, description="Where inbound tokens' signing keys are published."
-    )
-    messaging_path: str = Field("/api/teams/messages", description="The messaging endpoint path.")
-    call_deadline: float = Field(15.0, gt=0, le=120, description="Timeout of one connector call.")
-    insecure_skip_token_validation: bool = Field(
-        False,
-        description="Accept inbound requests without checking their JWT. Local development only.",
-    )
 
 
 class TeamsProvider(ChatProvider):

@@ -38,6 +38,8 @@ from botframework.connector.auth import AppCredentials  # type: ignore[import-un
 from msrest.exceptions import HttpOperationError
 from urllib3.util.retry import Retry
 
+from bridge_teams.settings import DEFAULT_SCOPE
+
 __all__ = [
     "AdapterTransport",
     "ClientCredentials",
@@ -46,8 +48,6 @@ __all__ = [
     "TeamsTransport",
     "message_activity",
 ]
-
-DEFAULT_SCOPE = "https://api.botframework.com/.default"
 
 
 class CredentialsError(Exception):

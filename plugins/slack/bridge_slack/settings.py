@@ -1,0 +1,105 @@
+"""What the ``slack`` provider type declares: its settings model and capabilities.
+
+Only pydantic and bridge-core are imported here, never slack-sdk or aiohttp: the plugin module
+(``bridge_slack.plugin``) declares the provider type from this module alone, so listing
+providers or checking a config costs no SDK import. ``bridge_slack.provider`` re-exports these
+names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from bridge_core.provider import Capabilities, LengthUnit
+
+__all__ = ["DEFAULT_API_BASE_URL", "SLACK_CAPABILITIES", "SLACK_CHUNK", "SlackSettings"]
+
+DEFAULT_API_BASE_URL = "https://slack.com/api/"
+
+# Slack refuses text over 40,000 characters but collapses anything past about 4,000 behind
+# "Show more" and recommends staying under 4,000; 3,900 keeps each chunk one readable message
+# with room for the escapes' growth measured in already (ADR 0041).
+SLACK_CHUNK = 3_900
+
+SLACK_CAPABILITIES = Capabilities(
+    edit=True,
+    max_length=SLACK_CHUNK,
+    length_unit=LengthUnit.CHARACTERS,
+    threads=True,
+    inbound=True,
+    probe=True,
+)
+
+
+class SlackSettings(BaseModel):
+    """A Slack profile's ``settings`` table.
+
+    ``bot_token`` (``xoxb-…``) is required. Inbound takes either the Events API over HTTP
+    (``signing_secret`` set, served at ``events_path``) or Socket Mode (``socket_mode = true``
+    with an app-level ``app_token``, ``xapp-…``). ``api_base_url`` points the client elsewhere
+    (GovSlack's ``https://slack-gov.com/api/``, a proxy, a test's fake).
+    """
+
+    # hide_input_in_errors: a validation error must not print a token pasted into a wrong key.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    bot_token: SecretStr
+    signing_secret: SecretStr | None = None
+    api_base_url: str = DEFAULT_API_BASE_URL
+    events_path: str = "/slack/events"
+    timeout: float = Field(default=10.0, gt=0, le=120)
+    bot_user_id: str | None = None
+    unfurl: bool = False
+    socket_mode: bool = False
+    app_token: SecretStr | None = None
+    socket_ping_interval: float = Field(default=10.0, gt=0, le=300)
+
+    @field_validator("bot_token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        token = value.get_secret_value()
+        if not token.strip():
+            raise ValueError("bot_token is empty: set it to the app's Bot User OAuth Token")
+        if not token.startswith("xox"):
+            # Never echo the value: it may be a real secret pasted into the wrong key.
+            raise ValueError("bot_token must be a Slack token (starting xoxb-)")
+        return value
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _secret_present(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("signing_secret is empty: set it or remove the key")
+        return value
+
+    @field_validator("app_token")
+    @classmethod
+    def _app_token_shape(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith("xapp-"):
+            raise ValueError("app_token must be an app-level token (starting xapp-)")
+        return value
+
+    @model_validator(mode="after")
+    def _socket_mode_needs_app_token(self) -> SlackSettings:
+        if self.socket_mode and self.app_token is None:
+            raise ValueError(
+                "socket_mode = true needs app_token: an app-level token (xapp-…) with the "
+                "connections:write scope"
+            )
+        return self
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("api_base_url must be an http(s) URL such as https://slack.com/api/")
+        return value if value.endswith("/") else value + "/"
+
+    @field_validator("events_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("events_path must start with /")
+        return value
