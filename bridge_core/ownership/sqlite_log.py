@@ -15,7 +15,6 @@ polling every ``poll_interval`` seconds; members in this process are woken at on
 
 from __future__ import annotations
 
-import bisect
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from bridge_core.ownership.log import (
     LogStats,
     LogUnavailable,
 )
+from bridge_core.ownership.read_cache import ReadCache
 from bridge_core.provider import InboundMessage
 
 __all__ = ["SCHEMA", "SqliteConversationLog"]
@@ -89,11 +89,6 @@ _COLUMNS = (
     "answers_seq, member, obligation, since, reason"
 )
 _PRUNE_EVERY = 1000
-_CACHE_SIZE = 5000
-
-
-def _seq(record: LogRecord) -> int:
-    return record.seq
 
 
 def _record(row: tuple[Any, ...]) -> LogRecord:
@@ -119,6 +114,8 @@ class _Tx:
         self.prev_seq = 0  # the channel's last seq before this transaction's first insert
         self.created: list[LogRecord] = []
         self.pruned = False
+        self.defer_counts = False
+        self.counts: dict[str, int] = {}
 
     @property
     def loaded(self) -> bool:
@@ -148,10 +145,21 @@ class _Tx:
         return cursor.lastrowid, at
 
     def count(self, column: str) -> None:
+        if self.defer_counts:
+            self.counts[column] = self.counts.get(column, 0) + 1
+        else:
+            self._add(column, 1)
+
+    def flush_counts(self) -> None:
+        for column, n in self.counts.items():
+            self._add(column, n)
+        self.counts.clear()
+
+    def _add(self, column: str, n: int) -> None:
         self.conn.execute(
-            f"INSERT INTO log_counters (channel, {column}) VALUES (?, 1) "
-            f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + 1",
-            (self.channel,),
+            f"INSERT INTO log_counters (channel, {column}) VALUES (?, ?) "
+            f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + excluded.{column}",
+            (self.channel, n),
         )
 
 
@@ -192,13 +200,8 @@ class SqliteConversationLog:
         self._admits = 0
         self.prune_every = _PRUNE_EVERY  # admissions between prunes of old ids and records
         self.commits = 0
-        # A contiguous run of this channel's records: every record with _cache_after < seq <=
-        # _cache_end. Members of this process read from it instead of each querying the file.
-        self._cache: list[LogRecord] = []
-        self._cache_after: int | None = None
-        self._cache_end = 0
-        self._verified_at = float("-inf")  # when _cache_end was last known to be the log's end
-        self._foreign_writes = False
+        # members of this process read recent records from here, not each from the file
+        self._cache = ReadCache(poll_interval)
         self.db_reads = 0
 
     @classmethod
@@ -263,9 +266,9 @@ class SqliteConversationLog:
                             self._commit, batch, limiter=self._write_lock
                         )
                         if tx is not None and tx.pruned:
-                            self._cache, self._cache_after = [], None  # it may hold pruned rows
+                            self._cache.reset()  # it may hold pruned records
                         if tx is not None and tx.loaded:
-                            self._cache_own(tx.prev_seq, tx.created)
+                            self._cache.wrote(tx.prev_seq, tx.created)
                         for item in batch:
                             item.done.set()
                         self._changed.set()
@@ -279,6 +282,27 @@ class SqliteConversationLog:
         return result
 
     def _commit(self, batch: list[_Write]) -> _Tx | None:
+        """Commit ``batch`` in one transaction; returns the transaction's account, or ``None``
+        when the commit itself failed (every write then fails with ``LogUnavailable``)."""
+        conn = self._writer
+        tx = _Tx(conn, self.channel, self._clock)
+        tx.defer_counts = True
+        try:
+            # fast path: no savepoints; an op that fails sends the batch the careful way
+            conn.execute("BEGIN IMMEDIATE")
+            for item in batch:
+                item.result = item.op(tx)
+            tx.flush_counts()
+            conn.execute("COMMIT")
+            self.commits += 1
+            return tx
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return self._commit_carefully(batch)
+
+    def _commit_carefully(self, batch: list[_Write]) -> _Tx | None:
+        """One savepoint per write, so a failing write does not undo the others."""
         conn = self._writer
         tx = _Tx(conn, self.channel, self._clock)
         try:
@@ -455,70 +479,18 @@ class SqliteConversationLog:
         deadline = anyio.current_time() + wait
         while True:
             changed = self._changed
-            cached = self._from_cache(after_seq, limit)
+            cached = self._cache.read(after_seq, limit)
             if cached is not None:
                 records = cached
             else:
                 records = await self._read(query)
                 self.db_reads += 1
-                self._cache_read(after_seq, records, complete=len(records) < limit)
+                self._cache.fetched(after_seq, records, complete=len(records) < limit)
             remaining = deadline - anyio.current_time()
             if records or remaining <= 0:
                 return records
             with anyio.move_on_after(min(remaining, self.poll_interval)):
                 await changed.wait()
-
-    # ------------------------------------------------------------------ the read cache
-
-    def _from_cache(self, after_seq: int, limit: int) -> list[LogRecord] | None:
-        """Records after ``after_seq`` from the cache; ``None`` when the file must be read.
-
-        Serving a prefix of what the file holds is fine (the caller reads on from there), a gap
-        is not: the cache is only ever a contiguous run of the channel's records.
-        """
-        if self._cache_after is None or after_seq < self._cache_after:
-            return None
-        if after_seq < self._cache_end:
-            start = bisect.bisect_right(self._cache, after_seq, key=_seq)
-            return self._cache[start : start + limit]
-        if after_seq == self._cache_end and not self._foreign_writes:
-            # nothing newer that we know of (this handle is the channel's only writer so far);
-            # a write by another process is still seen within a poll
-            fresh = anyio.current_time() - self._verified_at < self.poll_interval
-            return [] if fresh else None
-        return None
-
-    def _cache_read(self, after_seq: int, records: list[LogRecord], *, complete: bool) -> None:
-        if self._cache_after is None or after_seq != self._cache_end:
-            self._cache, self._cache_after, self._cache_end = [], after_seq, after_seq
-        self._extend_cache(records)
-        if complete:
-            self._verified_at = anyio.current_time()
-
-    def _cache_own(self, prev_seq: int, created: list[LogRecord]) -> None:
-        """Our commit appended ``created`` after the channel's record ``prev_seq``."""
-        if self._cache_after is None and not created:
-            return
-        if self._cache_after is None:
-            self._cache, self._cache_after, self._cache_end = [], prev_seq, prev_seq
-        if prev_seq == self._cache_end:
-            self._extend_cache(created)
-            self._verified_at = anyio.current_time()
-        else:
-            # another handle wrote this channel in between: from now on "nothing newer" is
-            # always checked against the file
-            self._foreign_writes = True
-            self._cache, self._cache_after = [], None
-
-    def _extend_cache(self, records: list[LogRecord]) -> None:
-        if not records:
-            return
-        self._cache.extend(records)
-        self._cache_end = records[-1].seq
-        if len(self._cache) > 2 * _CACHE_SIZE:
-            dropped = self._cache[:-_CACHE_SIZE]
-            self._cache = self._cache[-_CACHE_SIZE:]
-            self._cache_after = dropped[-1].seq
 
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float

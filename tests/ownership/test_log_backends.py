@@ -281,3 +281,37 @@ async def test_an_unreachable_redis_is_a_clear_log_unavailable() -> None:
 
     with pytest.raises(LogUnavailable, match=r"cannot reach Redis at redis://127\.0\.0\.1:1/0"):
         await open_conversation_log("redis://127.0.0.1:1/0", channel="C")
+
+
+async def test_sqlite_one_failing_write_does_not_undo_the_others_in_its_batch(
+    tmp_path: Path,
+) -> None:
+    from bridge_core.ownership.sqlite_log import SqliteConversationLog
+
+    log = await SqliteConversationLog.open(str(tmp_path / "b.db"), channel="C")
+
+    def broken(tx: Any) -> None:
+        tx.insert("turn", conversation="C/u/x", message_id="half", author="x", body="", thread=None)
+        raise RuntimeError("test: a write that fails half-way")
+
+    results: dict[str, Any] = {}
+
+    async def admit(mid: str) -> None:
+        results[mid] = await log.admit(message(mid))
+
+    async def fail() -> None:
+        with pytest.raises(RuntimeError, match="half-way"):
+            await log._submit(broken)
+
+    commits = log.commits
+    async with anyio.create_task_group() as tg:
+        for mid in ("a", "b"):
+            tg.start_soon(admit, mid)
+        tg.start_soon(fail)
+        tg.start_soon(admit, "c")
+    assert log.commits - commits == 1  # one batch, committed the careful way
+    turns = [r for r in await log.read(after_seq=0) if isinstance(r, Turn)]
+    assert sorted(t.message_id for t in turns) == ["a", "b", "c"]
+    assert all(results[m] is not None for m in "abc")
+    assert (await log.stats()).turns_admitted == 3
+    await log.aclose()

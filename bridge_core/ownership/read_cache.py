@@ -1,0 +1,85 @@
+"""A contiguous run of one channel's recent records, shared by the members of a process.
+
+Every member of a process folds every record of the channel; without this each would query the
+file for the same records after every commit. ``ReadCache`` holds every record with
+``after < seq <= end``: it grows from the file reads and from this process's own commits when
+they follow on directly (the writer reads the channel's previous seq inside its transaction), so
+it never has a gap. Serving a prefix of what the file holds is fine (the reader reads on from
+there). "Nothing newer" is answered from the cache only while this handle has been the channel's
+only writer and its end was confirmed less than ``poll_interval`` ago, so another process's
+write is still seen within a poll.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import anyio
+
+from bridge_core.conversation import LogRecord
+
+__all__ = ["ReadCache"]
+
+_SIZE = 5000
+
+
+def _seq(record: LogRecord) -> int:
+    return record.seq
+
+
+class ReadCache:
+    def __init__(self, poll_interval: float) -> None:
+        self.poll_interval = poll_interval
+        self._records: list[LogRecord] = []
+        self._after: int | None = None
+        self._end = 0
+        self._verified_at = float("-inf")  # when _end was last known to be the log's end
+        self._foreign_writes = False
+
+    def reset(self) -> None:
+        self._records, self._after = [], None
+
+    def read(self, after_seq: int, limit: int) -> list[LogRecord] | None:
+        """Records after ``after_seq`` from the cache; ``None`` when the file must be read."""
+        if self._after is None or after_seq < self._after:
+            return None
+        if after_seq < self._end:
+            start = bisect.bisect_right(self._records, after_seq, key=_seq)
+            return self._records[start : start + limit]
+        if after_seq == self._end and not self._foreign_writes:
+            fresh = anyio.current_time() - self._verified_at < self.poll_interval
+            return [] if fresh else None
+        return None
+
+    def fetched(self, after_seq: int, records: list[LogRecord], *, complete: bool) -> None:
+        """The file returned ``records`` after ``after_seq`` (all of them if ``complete``)."""
+        if self._after is None or after_seq != self._end:
+            self._records, self._after, self._end = [], after_seq, after_seq
+        self._extend(records)
+        if complete:
+            self._verified_at = anyio.current_time()
+
+    def wrote(self, prev_seq: int, created: list[LogRecord]) -> None:
+        """Our commit appended ``created`` after the channel's record ``prev_seq``."""
+        if self._after is None and not created:
+            return
+        if self._after is None:
+            self._records, self._after, self._end = [], prev_seq, prev_seq
+        if prev_seq == self._end:
+            self._extend(created)
+            self._verified_at = anyio.current_time()
+        else:
+            # another handle wrote this channel in between: from now on "nothing newer" is
+            # always checked against the file
+            self._foreign_writes = True
+            self.reset()
+
+    def _extend(self, records: list[LogRecord]) -> None:
+        if not records:
+            return
+        self._records.extend(records)
+        self._end = records[-1].seq
+        if len(self._records) > 2 * _SIZE:
+            dropped = self._records[:-_SIZE]
+            self._records = self._records[-_SIZE:]
+            self._after = dropped[-1].seq
