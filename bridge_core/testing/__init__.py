@@ -8,6 +8,10 @@
 - ``pytest_plugin``: fixtures (``start_fake``, ``fake_platform``, ``fake_slack``), loaded
   automatically through the ``pytest11`` entry point wherever bridge-core is installed;
 - ``budget``: an independent checker of a transcript against a send budget and edit spacing;
+- ``burst``: the seed's scenario B through the real notifier and sender against a provider,
+  on a compressed clock, returning what the sender asked of it (``run_scenario_b``);
+- ``light_import``: proof that a plugin declares its provider type without importing its SDK
+  (``plugin_load_report``);
 - ``clock``: virtual time (trio's ``MockClock``) for I/O-free decision logic;
 - ``services``: real Redis and PostgreSQL for tests (skip locally, fail under CI).
 

@@ -3,24 +3,20 @@ notifier, the real sender, the Discord provider and discord.py against FakeDisco
 
 Real I/O cannot run on a virtual clock, so time is compressed instead: every duration (the
 notifier's hold and window, the budget's rate, windows and edit spacing, the fake's own per-channel
-limit) is divided by ``K`` and the scenario runs in a few real seconds.
+limit) is divided by ``K`` and the scenario runs in a few real seconds
+(``bridge_core.testing.burst``).
 """
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable
 
-import anyio
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
 
-from bridge_core import DISCORD_BUDGET, ChatProvider, MessageRef, ProviderError, SendBudget, Window
-from bridge_core.events import AgentFinished, AgentSpawned, Outcome
-from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.sending import ChannelSender
-from bridge_core.testing.budget import TranscriptEntry, check_budget, check_edit_spacing
+from bridge_core import DISCORD_BUDGET
+from bridge_core.testing.burst import compress_budget, run_scenario_b
 from bridge_core.testing.fake_discord import FakeDiscord
 
 pytestmark = pytest.mark.anyio
@@ -31,89 +27,13 @@ K = 20.0
 CLOCK_SLACK = 0.005
 
 
-class Timed(ChatProvider):
-    """The real provider, noting when each call left the sender (failed attempts included),
-    so the budget is checked on the times the sender chose, free of network jitter."""
-
-    def __init__(self, inner: ChatProvider) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.capabilities = inner.capabilities
-        self.entries: list[TranscriptEntry] = []
-
-    def _note(self, at: float, op: str, channel: str, message_id: str | None) -> None:
-        self.entries.append(TranscriptEntry(at, op, channel, message_id, ""))
-
-    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
-        at = anyio.current_time()
-        try:
-            ref = await self.inner.post(channel, text, thread=thread)
-        except ProviderError:
-            self._note(at, "error", channel, None)
-            raise
-        self._note(at, "post", channel, ref.message_id)
-        return ref
-
-    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
-        at = anyio.current_time()
-        try:
-            edited = await self.inner.edit(ref, text)
-        except ProviderError:
-            self._note(at, "error", ref.channel, ref.message_id)
-            raise
-        self._note(at, "edit", ref.channel, ref.message_id)
-        return edited
-
-    def escape(self, text: str) -> str:
-        return self.inner.escape(text)
-
-
-def compress(budget: SendBudget, k: float) -> SendBudget:
-    return SendBudget(
-        burst=budget.burst,
-        per_second=budget.per_second * k,
-        windows=tuple(Window(w.limit, w.seconds / k) for w in budget.windows),
-        edit_spacing=budget.edit_spacing / k,
-    )
-
-
 async def test_scenario_b_stays_within_discords_budget(
     fake: FakeDiscord, make_settings: Callable[..., DiscordSettings], channel: int
 ) -> None:
     fake.channel_window = 5.0 / K  # Discord's 5 creates per 5 s per channel, compressed
-    budget = compress(DISCORD_BUDGET, K)
-    config = NotifyConfig(hold=2.0 / K, window=10.0 / K, forget_after=600.0 / K)
+    budget = compress_budget(DISCORD_BUDGET, K)
     provider = DiscordProvider(make_settings(fake), profile="burst")
-    timed = Timed(provider)
-    sender = ChannelSender(timed, channel=str(channel), budget=budget, random=random.Random(1))
-    delivered: dict[str, float] = {}
-    notifier = Notifier(
-        str(channel),
-        sender,
-        capabilities=provider.capabilities,
-        config=config,
-        escape=provider.escape,
-        on_terminal_delivered=delivered.__setitem__,
-    )
-    start = anyio.current_time()
-    async with anyio.create_task_group() as group:
-        group.start_soon(sender.run)
-        group.start_soon(notifier.run)
-        for i in range(30):
-            await anyio.sleep_until(start + i * 0.06 / K)
-            notifier.handle(AgentSpawned(f"b{i:02}", "w1"))
-        await anyio.sleep_until(start + 30.0 / K)
-        for crashed in ("b07", "b19"):
-            notifier.handle(AgentFinished(crashed, "w1", outcome=Outcome.CRASHED, turns=3))
-        rest = [f"b{i:02}" for i in range(30) if i not in (7, 19)]
-        for n, name in enumerate(rest):
-            await anyio.sleep_until(start + (31.0 + n * 3.0) / K)
-            notifier.handle(AgentFinished(name, "w1", outcome=Outcome.DONE, cost=0.1))
-        with anyio.fail_after(30):
-            while not (notifier.idle and sender.idle):  # noqa: ASYNC110 - polling the observers
-                await anyio.sleep(0.05)
-        group.cancel_scope.cancel()
-    await provider.aclose()
+    result = await run_scenario_b(provider, channel=str(channel), budget=budget, speed=K)
 
     messages = fake.messages_in(channel)
     assert len(messages) == 3, [m["content"][:60] for m in messages]
@@ -121,12 +41,10 @@ async def test_scenario_b_stays_within_discords_budget(
     assert "28 done" in summary["content"] and "2 failed" in summary["content"]
     failed = sorted(re.search(r"(b\d\d)", m["content"]).group(1) for m in failures)  # type: ignore[union-attr]
     assert failed == ["b07", "b19"]
-    assert len(delivered) == 30
+    assert len(result.delivered) == 30
 
     # The platform never had to refuse, and the sends keep the (compressed) budget.
     assert fake.rate_limited_creates == 0
-    entries = sorted(timed.entries, key=lambda e: e.t)
-    assert not any(e.op == "error" for e in entries)
-    assert check_budget(entries, budget, tolerance=CLOCK_SLACK) == []
-    assert check_edit_spacing(entries, budget.edit_spacing, tolerance=CLOCK_SLACK) == []
-    assert sum(1 for e in entries if e.op == "edit") >= 2  # the summary was kept current
+    assert result.errors == []
+    assert result.violations(tolerance=CLOCK_SLACK) == []
+    assert sum(1 for e in result.calls if e.op == "edit") >= 2  # the summary was kept current
