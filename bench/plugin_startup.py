@@ -5,14 +5,24 @@
 Floors: scanning the ``bridge_core`` entry-point group with ``importlib.metadata`` (what any
 loader must do) and validating the same config data with pydantic alone (no env resolution, no
 provider settings, no cross-checks).
+
+Then the cold start, each in a fresh interpreter: building the plugin manager with every
+installed plugin (what ``chatbridge providers`` and ``check`` do first) against the built-ins
+alone (floor); the same with the platform SDKs imported as well (what loading the Slack, Discord
+and Teams plugins cost while their entry-point modules imported their providers); and the
+``chatbridge providers`` command end to end.
 """
 
 from __future__ import annotations
 
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from bridge_core.config import BridgeConfig, parse_config
@@ -24,13 +34,48 @@ def paired(
 ) -> tuple[float, float]:
     """Median wall times (ms) of ``floor`` and ``subject``, sampled alternately so that load from
     other processes on a shared machine hits both alike."""
-    floors, subjects = [], []
+    floors: list[float] = []
+    subjects: list[float] = []
     for _ in range(repeat):
         for function, samples in ((floor, floors), (subject, subjects)):
             start = time.perf_counter()
             function()
             samples.append((time.perf_counter() - start) * 1000)
     return statistics.median(floors), statistics.median(subjects)
+
+
+_MANAGER = "from bridge_core.plugins import create_plugin_manager as m; m(load_entry_points={})"
+# What the three plugins' entry-point modules imported before they declared from light modules.
+_SDKS = (
+    "import warnings; warnings.simplefilter('ignore', DeprecationWarning); "
+    "import slack_sdk.web.async_client, discord, botbuilder.core, botframework.connector, "
+    "msrest, jwt, aiohttp; "
+)
+
+
+def cold(command: list[str]) -> Callable[[], None]:
+    def run() -> None:
+        subprocess.run(command, check=True, capture_output=True)
+
+    return run
+
+
+def cold_start(*, repeat: int) -> None:
+    python = sys.executable
+    floor_run = cold([python, "-c", _MANAGER.format(False)])
+    subjects = {
+        "every installed plugin": [python, "-c", _MANAGER.format(True)],
+        "every plugin + the SDKs (before)": [python, "-c", _SDKS + _MANAGER.format(True)],
+    }
+    chatbridge = shutil.which("chatbridge", path=str(Path(python).parent))
+    if chatbridge is not None:
+        subjects["chatbridge providers --json"] = [chatbridge, "providers", "--json"]
+    floors = []
+    for label, command in subjects.items():
+        floor, subject = paired(floor_run, cold(command), repeat=repeat)
+        floors.append(floor)
+        print(f"cold: {label + ':':35} {subject:8.0f} ms   ratio {subject / floor:5.2f}x")
+    print(f"cold: {'built-in providers only (floor):':35} {statistics.median(floors):8.0f} ms")
 
 
 def config_data(channels: int) -> dict[str, Any]:
@@ -69,6 +114,8 @@ def main() -> None:
     )
     print(f"pydantic validate, 200 channels (floor):  {floor:8.2f} ms")
     print(f"parse_config, 200 channels:               {full:8.2f} ms   ratio {full / floor:5.2f}x")
+
+    cold_start(repeat=7)
 
 
 if __name__ == "__main__":
