@@ -116,6 +116,17 @@ def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess
     wait_for(lambda: admitted(processes) == 12, what="the first turns admitted")
     victim_index = notifier_hosts(processes)["ops"][0]
     victim = processes[victim_index]
+    # Kill it only once it has notified "ops" (the first post waits out the 2 s hold), so the
+    # takeover is of a channel it was really writing to, not of one it never touched.
+    wait_for(
+        lambda: any(
+            line["channel"] == "ops"
+            and line["op"] != "error"
+            and not ECHO.search(line["text"] or "")
+            for line in transcript_lines(tmp_path / f"t-{'abc'[victim_index]}.jsonl")
+        ),
+        what="the victim's first notification in ops",
+    )
     victim.kill()  # mid-run: turns may be in flight, and it hosts a notifier
     survivors = [gw for gw in processes if gw is not victim]
     wait_for(lambda: _placed_on(survivors), what="the victim's channels placed on a survivor")
