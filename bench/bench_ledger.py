@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from bridge_core.ledger import Delivery, DeliveryLedger, Reply, Schedule, open_store
-from bridge_core.ledger.sqlite import SQLiteLedgerStore, configure_connection
+from bridge_core.ledger.sqlite import SCHEMA, SQLiteLedgerStore, configure_connection
 from bridge_core.provider import MessageRef
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -62,16 +62,7 @@ def sqlite_floor(path: Path, *, replies: int, per_commit: int) -> float:
     """The same three statements a reply, one thread, a commit every ``per_commit`` statements."""
     conn = sqlite3.connect(path, isolation_level=None)
     configure_connection(conn)
-    conn.executescript(
-        "CREATE TABLE IF NOT EXISTS ledger (id TEXT PRIMARY KEY, profile TEXT, platform TEXT, "
-        "channel TEXT, thread TEXT, reply_to TEXT, text TEXT, chunks TEXT, state TEXT, "
-        "attempts INTEGER DEFAULT 0, resends INTEGER DEFAULT 0, fence INTEGER DEFAULT 0, "
-        "owner TEXT, created_at REAL, updated_at REAL, next_attempt_at REAL, last_error TEXT, "
-        "penalty INTEGER DEFAULT 0, delivered TEXT DEFAULT '') WITHOUT ROWID;"
-        "CREATE INDEX IF NOT EXISTS ledger_open ON ledger (created_at, id) "
-        "WHERE state IN ('pending', 'attempting', 'failed');"
-        "CREATE INDEX IF NOT EXISTS ledger_state_updated ON ledger (state, updated_at);"
-    )
+    conn.executescript(SCHEMA)  # the ledger's own table and indexes
     statements = 0
     started = time.perf_counter()
     conn.execute("BEGIN IMMEDIATE")

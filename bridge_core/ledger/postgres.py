@@ -147,9 +147,11 @@ class PostgresLedgerStore:
                 f"CREATE INDEX IF NOT EXISTS {p}ledger_open ON {p}ledger (created_at, id) "
                 "WHERE state IN ('pending', 'attempting', 'failed')"
             )
+            # Only delivered rows, for pruning: claims and failed sends change no entry of it.
+            await conn.execute(f"DROP INDEX IF EXISTS {p}ledger_state_updated")
             await conn.execute(
-                f"CREATE INDEX IF NOT EXISTS {p}ledger_state_updated "
-                f"ON {p}ledger (state, updated_at)"
+                f"CREATE INDEX IF NOT EXISTS {p}ledger_delivered "
+                f"ON {p}ledger (updated_at) WHERE state = 'delivered'"
             )
             await conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {p}owners "

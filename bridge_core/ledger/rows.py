@@ -98,6 +98,10 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
     )
 
 
+_OPEN_VALUES = frozenset({State.PENDING.value, State.ATTEMPTING.value, State.FAILED.value})
+_OPEN_LITERAL = "('pending', 'attempting', 'failed')"
+
+
 def scope_where(
     scope: Any,
     *,
@@ -118,7 +122,16 @@ def scope_where(
     params: list[Any] = []
     states = [state.value for state in scope.states]
     profiles = sorted(scope.profiles)
-    clauses = [f"state IN ({marks(len(states))})", f"profile IN ({marks(len(profiles))})"]
+    if not set(states) <= _OPEN_VALUES:
+        raise ValueError(f"a sweep scope holds only open states, got {states}")
+    # The literal term lets the planner use the partial index of open rows (``ledger_open``)
+    # and read them in order: bound parameters alone cannot prove the index's condition, and a
+    # sweep would scan and sort every row for every page.
+    clauses = [
+        f"state IN {_OPEN_LITERAL}",
+        f"state IN ({marks(len(states))})",
+        f"profile IN ({marks(len(profiles))})",
+    ]
     params += states
     params += profiles
     if scope.platforms is not None:
@@ -146,8 +159,9 @@ def scope_where(
         clauses.append(f"(NOT penalty OR next_attempt_at <= {ph})")
     params.append(now)
     if scope.after is not None:
-        clauses.append(f"(created_at > {ph} OR (created_at = {ph} AND id > {ph}))")
-        params += [scope.after[0], scope.after[0], scope.after[1]]
+        # A row value, so the index seeks to the cursor instead of scanning up to it.
+        clauses.append(f"(created_at, id) > ({ph}, {ph})")
+        params += [scope.after[0], scope.after[1]]
     params.append(scope.limit)
     return " AND ".join(clauses) + f" ORDER BY created_at, id LIMIT {ph}", params
 

@@ -18,12 +18,12 @@ from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
     COLUMNS,
-    encode_chunks,
     filters_sql,
     new_row,
     scope_where,
     to_obligation,
 )
+from bridge_core.ledger.sqlmerged import MergedClaims, MergedHeldUpdates, MergedRecords
 from bridge_core.ledger.sqlwriter import SQLiteWriter
 from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
 from bridge_core.provider import MessageRef
@@ -54,7 +54,11 @@ CREATE TABLE IF NOT EXISTS ledger (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ledger_open ON ledger (created_at, id)
     WHERE state IN ('pending', 'attempting', 'failed');
-CREATE INDEX IF NOT EXISTS ledger_state_updated ON ledger (state, updated_at);
+-- Only delivered rows, for pruning: a claim or a failed send changes no entry of it (an index
+-- on (state, updated_at) cost two entry changes per statement, and sweeps picked it over
+-- ledger_open and sorted every open row for every page).
+DROP INDEX IF EXISTS ledger_state_updated;
+CREATE INDEX IF NOT EXISTS ledger_delivered ON ledger (updated_at) WHERE state = 'delivered';
 CREATE TABLE IF NOT EXISTS kv (
     namespace TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -92,6 +96,9 @@ class SQLiteLedgerStore:
         self.writer = SQLiteWriter(str(self.path), setup=self._setup)
         self._dead: set[str] = set()
         self._live_now: set[str] = set()
+        self._records = MergedRecords(self._owner)
+        self._claims = MergedClaims(self._owner, self._forget_live)
+        self._held = MergedHeldUpdates(self._owner)
 
     @property
     def owner(self) -> str:
@@ -146,36 +153,9 @@ class SQLiteLedgerStore:
         self._live_now.clear()
 
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
-        me = self._owner
         # The new row is built here rather than read back: the writer thread does less.
-        fresh = new_row(reply, owner=me, now=now)
-
-        def run(conn: sqlite3.Connection) -> tuple[Obligation, bool]:
-            cursor = conn.execute(
-                "INSERT INTO ledger (id, profile, platform, channel, thread, reply_to, text, "
-                "chunks, state, owner, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?) "
-                "ON CONFLICT (id) DO NOTHING",
-                (
-                    reply.obligation_id,
-                    reply.profile,
-                    reply.platform,
-                    reply.channel,
-                    reply.thread,
-                    reply.reply_to,
-                    reply.text,
-                    encode_chunks(reply.text, reply.chunks),
-                    me,
-                    now,
-                    now,
-                ),
-            )
-            if cursor.rowcount == 1:
-                return fresh, True
-            existing = conn.execute(f"{_SELECT} WHERE id = ?", (reply.obligation_id,)).fetchone()
-            return to_obligation(existing), False
-
-        return await self.writer.call(run)
+        fresh = new_row(reply, owner=self._owner, now=now)
+        return await self.writer.call_merged(self._records, fresh)
 
     async def get(self, obligation_id: str) -> Obligation | None:
         def run(conn: sqlite3.Connection) -> Obligation | None:
@@ -203,23 +183,7 @@ class SQLiteLedgerStore:
         return await self.writer.call(run)
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
-        me = self._owner
-
-        def run(conn: sqlite3.Connection) -> Obligation | None:
-            self._forget_live()
-            found = conn.execute(
-                "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
-                "attempts = attempts + 1, "
-                "resends = resends + CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
-                "penalty = 0, next_attempt_at = NULL, updated_at = ? "
-                "WHERE id = ? AND fence = ? AND state IN ('pending', 'attempting', 'failed') "
-                "AND (owner IS NULL OR owner = ? OR NOT owner_alive(owner)) "
-                f"RETURNING {COLUMNS}",
-                (me, now, obligation_id, fence, me),
-            ).fetchone()
-            return None if found is None else to_obligation(found)
-
-        return await self.writer.call(run)
+        return await self.writer.call_merged(self._claims, (obligation_id, fence, now))
 
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str
@@ -239,7 +203,7 @@ class SQLiteLedgerStore:
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
     ) -> Obligation | None:
-        return await self._held_update(obligation_id, fence, now, ref=ref, changes="")
+        return await self._held_update(obligation_id, fence, now, ref=ref)
 
     async def _held_update(
         self,
@@ -248,31 +212,25 @@ class SQLiteLedgerStore:
         now: float,
         *,
         ref: MessageRef | None,
-        changes: str,
-        params: tuple[object, ...] = (),
+        state: State | None = None,
+        next_attempt_at: float | None = None,
+        penalty: bool = False,
+        last_error: str | None = None,
     ) -> Obligation | None:
-        me = self._owner
-        delivered_sql = ""
-        delivered_params: tuple[str, ...] = ()
-        if ref is not None:
-            # One statement: append the ref to the JSON array in place.
-            delivered_sql = (
-                ", delivered = json_insert(CASE WHEN delivered = '' THEN '[]' ELSE delivered END,"
-                " '$[#]', json(?))"
-            )
-            delivered_params = (json.dumps([ref.channel, ref.message_id, ref.thread]),)
-        sql = (
-            f"UPDATE ledger SET updated_at = ?{changes}{delivered_sql} "
-            f"WHERE id = ? AND fence = ? AND owner = ? AND state = 'attempting' "
-            f"RETURNING {COLUMNS}"
+        ref_json = None if ref is None else json.dumps([ref.channel, ref.message_id, ref.thread])
+        return await self.writer.call_merged(
+            self._held,
+            (
+                obligation_id,
+                fence,
+                now,
+                None if state is None else state.value,
+                next_attempt_at,
+                int(penalty),
+                last_error,
+                ref_json,
+            ),
         )
-        values = (now, *params, *delivered_params, obligation_id, fence, me)
-
-        def run(conn: sqlite3.Connection) -> Obligation | None:
-            found = conn.execute(sql, values).fetchone()
-            return None if found is None else to_obligation(found)
-
-        return await self.writer.call(run)
 
     async def settle(
         self,
@@ -291,9 +249,10 @@ class SQLiteLedgerStore:
             fence,
             now,
             ref=ref,
-            changes=", state = ?, next_attempt_at = ?, penalty = ?, "
-            "last_error = COALESCE(?, last_error)",
-            params=(state.value, next_attempt_at, int(penalty), last_error),
+            state=state,
+            next_attempt_at=next_attempt_at,
+            penalty=penalty,
+            last_error=last_error,
         )
 
     async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:

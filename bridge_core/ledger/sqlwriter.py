@@ -1,10 +1,19 @@
 """One writer thread per SQLite file that turns concurrent calls into group commits.
 
-Every call is a function of the connection. The writer takes whatever calls are queued (up to
-``max_batch``), runs them in one ``BEGIN IMMEDIATE`` transaction (a call that raises is dropped
-and the others run again, so one failing call does not undo the others), commits once, then
-wakes each caller's event loop once per batch. With ``synchronous=FULL`` a commit costs an
-fsync; concurrent callers share it, so throughput does not pay one fsync per reply.
+A call is a function of the connection (``call``), or an item for a ``Merged`` kind of call
+(``call_merged``): the writer hands every queued item of one kind to that kind's ``run_many``
+at once, which does them in a few multi-row statements instead of one statement each (each
+statement costs a trip through sqlite3 and a chance to lose the GIL to the event loop). The
+writer takes whatever is queued (up to ``max_batch``), runs it in one ``BEGIN IMMEDIATE``
+transaction (a call that raises is dropped and the others run again, so one failing call does
+not undo the others; a merged group that raises is run again item by item to find the one),
+commits once, then wakes each caller's event loop once per batch. With ``synchronous=FULL`` a
+commit costs an fsync; concurrent callers share it, so throughput does not pay one fsync per
+reply.
+
+Calls queued together are concurrent (none of their callers has seen another's result), so the
+writer may run them in any order: merged kinds run grouped, in the order each kind first
+appeared.
 """
 
 from __future__ import annotations
@@ -13,25 +22,41 @@ import asyncio
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["SQLiteWriter"]
+__all__ = ["Merged", "SQLiteWriter"]
 
 T = TypeVar("T")
+I_contra = TypeVar("I_contra", contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Merged(Protocol[I_contra, R_co]):
+    """A kind of call the writer runs many at once: ``run_many(conn, items)`` returns one result
+    per item, in order, inside the writer's transaction."""
+
+    def run_many(self, conn: sqlite3.Connection, items: Sequence[I_contra]) -> Sequence[R_co]: ...
 
 
 class _Call(Generic[T]):
     """One queued call. On asyncio the caller awaits a plain future (the cheap path the gateway
     runs on); elsewhere (trio) an anyio event woken through the loop's token."""
 
-    __slots__ = ("done", "error", "fn", "future", "loop", "result", "token")
+    __slots__ = ("done", "error", "fn", "future", "item", "kind", "loop", "result", "token")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], T]) -> None:
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], T] | None,
+        kind: Merged[Any, T] | None = None,
+        item: object = None,
+    ) -> None:
         self.fn = fn
+        self.kind = kind
+        self.item = item
         self.result: T | None = None
         self.error: BaseException | None = None
         self.future: asyncio.Future[None] | None = None
@@ -99,6 +124,7 @@ class SQLiteWriter:
         self._opened = threading.Event()
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._running = False
         self.batches = 0
         self.calls = 0
 
@@ -107,11 +133,18 @@ class SQLiteWriter:
         await anyio.to_thread.run_sync(self._opened.wait)
         if self._open_error is not None:
             raise self._open_error
+        self._running = True
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if not self._thread.is_alive():
+        return await self._submit(_Call(fn))
+
+    async def call_merged(self, kind: Merged[I_contra, T], item: I_contra) -> T:
+        """Queue ``item`` for ``kind.run_many``; returns its result."""
+        return await self._submit(_Call(None, kind, item))
+
+    async def _submit(self, pending: _Call[T]) -> T:
+        if not self._running:  # a flag, not Thread.is_alive(): that takes a lock every call
             raise RuntimeError(f"the SQLite writer for {self.path} is not running")
-        pending: _Call[T] = _Call(fn)
         self._queue.put(pending)
         await pending.wait()
         if pending.error is not None:
@@ -119,6 +152,7 @@ class SQLiteWriter:
         return pending.result  # type: ignore[return-value]
 
     async def stop(self) -> None:
+        self._running = False
         if self._thread.is_alive():
             self._queue.put(_STOP)
             await anyio.to_thread.run_sync(self._thread.join)
@@ -158,29 +192,33 @@ class SQLiteWriter:
         # No savepoint per call (two more statements each): when a call raises, the transaction
         # is rolled back and the batch runs again without it. Calls are functions of the
         # connection only, so running one again is safe; errors are rare (bugs, a full disk).
-        pending = batch
-        while pending:
-            failed: _Call[Any] | None = None
+        units = _units(batch)
+        while units:
+            failed: list[_Call[Any]] | None = None
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                for call in pending:
+                for unit in units:
                     try:
-                        call.result = call.fn(conn)
+                        _run_unit(conn, unit)
                     except Exception as error:
-                        call.error = error
-                        failed = call
+                        if len(unit) == 1:
+                            unit[0].error = error
+                        failed = unit
                         break
                 if failed is None:
                     conn.execute("COMMIT")
                     break
                 conn.execute("ROLLBACK")
-                pending = [call for call in pending if call is not failed]
+                # A merged group that raised runs again item by item, to find the one.
+                rest = [other for other in units if other is not failed]
+                units = rest if len(failed) == 1 else rest + [[call] for call in failed]
             except Exception as error:  # BEGIN or COMMIT failed: nothing of the batch is kept
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                for call in pending:
-                    call.error = error
-                    call.result = None
+                for unit in units:
+                    for call in unit:
+                        call.error = error
+                        call.result = None
                 break
         self.batches += 1
         self.calls += len(batch)
@@ -192,3 +230,32 @@ class SQLiteWriter:
             by_loop.setdefault(id(loop), []).append(call)
         for calls in by_loop.values():
             _schedule_wake(calls)
+
+
+def _units(batch: list[_Call[Any]]) -> list[list[_Call[Any]]]:
+    """Plain calls one by one; merged calls grouped by kind, where the kind first appeared."""
+    units: list[list[_Call[Any]]] = []
+    groups: dict[int, list[_Call[Any]]] = {}
+    for call in batch:
+        if call.kind is None:
+            units.append([call])
+            continue
+        group = groups.get(id(call.kind))
+        if group is None:
+            group = groups[id(call.kind)] = []
+            units.append(group)
+        group.append(call)
+    return units
+
+
+def _run_unit(conn: sqlite3.Connection, unit: list[_Call[Any]]) -> None:
+    first = unit[0]
+    if first.kind is None:
+        assert first.fn is not None
+        first.result = first.fn(conn)
+        return
+    results = first.kind.run_many(conn, [call.item for call in unit])
+    if len(results) != len(unit):
+        raise RuntimeError(f"{first.kind!r} returned {len(results)} results for {len(unit)} items")
+    for call, result in zip(unit, results, strict=True):
+        call.result = result
