@@ -8,6 +8,7 @@ import pytest
 from bridge_core import MessageRef, Unreachable
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.plugins import create_plugin_manager
+from bridge_core.testing.light_import import plugin_load_report
 from fake_api import CHANNEL, TOKEN, FakeApi
 
 import {{ cookiecutter.__package }}.plugin as plugin
@@ -24,6 +25,14 @@ def test_bridge_core_lists_the_provider_with_its_distribution() -> None:
     entry = registry.get_entry("{{ cookiecutter.__provider }}")
     assert entry.distribution == "{{ cookiecutter.__distribution }}"
     assert entry.type.capabilities == CAPABILITIES
+
+
+def test_loading_the_plugin_does_not_import_httpx() -> None:
+    # bridge-core loads every installed plugin to list providers: declaring must stay cheap.
+    distribution, provider = "{{ cookiecutter.__distribution }}", "{{ cookiecutter.__provider }}"
+    report = plugin_load_report(distribution, provider, {"token": TOKEN})
+    assert report.leaked_at_declare(["httpx"]) == []
+    assert "httpx" in report.built  # the factory imports it, so the check above can fail
 
 
 def build(fake: FakeApi) -> {{ cookiecutter.__class_prefix }}Provider:

@@ -1,19 +1,28 @@
 """bridge-core provider for {{ cookiecutter.provider_name }}.
 
 The plugin module (``{{ cookiecutter.__package }}.plugin``) is what bridge-core loads through the
-``bridge_core`` entry point; ``client`` speaks the platform's REST API with httpx and ``errors``
-maps its answers onto bridge-core's error taxonomy.
+``bridge_core`` entry point; ``settings`` declares the limits, capabilities, budget and settings
+model; ``client`` speaks the platform's REST API with httpx and ``errors`` maps its answers onto
+bridge-core's error taxonomy. The names that need httpx are imported on first use, so loading the
+plugin does not import it.
 """
 
-from {{ cookiecutter.__package }}.client import ApiClient
-from {{ cookiecutter.__package }}.errors import error_from_exception, error_from_response
-from {{ cookiecutter.__package }}.provider import (
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from {{ cookiecutter.__package }}.settings import (
     BUDGET,
     CAPABILITIES,
     MAX_LENGTH,
-    {{ cookiecutter.__class_prefix }}Provider,
     {{ cookiecutter.__class_prefix }}Settings,
 )
+
+if TYPE_CHECKING:
+    from {{ cookiecutter.__package }}.client import ApiClient
+    from {{ cookiecutter.__package }}.errors import error_from_exception, error_from_response
+    from {{ cookiecutter.__package }}.provider import {{ cookiecutter.__class_prefix }}Provider
 
 __all__ = [
     "BUDGET",
@@ -25,3 +34,17 @@ __all__ = [
     "error_from_exception",
     "error_from_response",
 ]
+
+_HTTPX_NAMES = {
+    "ApiClient": "{{ cookiecutter.__package }}.client",
+    "error_from_exception": "{{ cookiecutter.__package }}.errors",
+    "error_from_response": "{{ cookiecutter.__package }}.errors",
+    "{{ cookiecutter.__class_prefix }}Provider": "{{ cookiecutter.__package }}.provider",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _HTTPX_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -2,26 +2,31 @@
 
 It declares the provider without connecting to anything: name, capabilities, budget, settings
 model and a factory. The gateway calls the factory once per bot profile.
+
+bridge-core loads every installed plugin to list providers or check a config, so this module
+imports only ``settings`` (pydantic and bridge-core); the factory imports the provider, and with
+it httpx or your platform's SDK, when it first builds one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
 
-from {{ cookiecutter.__package }}.provider import (
-    BUDGET,
-    CAPABILITIES,
-    {{ cookiecutter.__class_prefix }}Provider,
-    {{ cookiecutter.__class_prefix }}Settings,
-)
+from {{ cookiecutter.__package }}.settings import BUDGET, CAPABILITIES, {{ cookiecutter.__class_prefix }}Settings
+
+if TYPE_CHECKING:
+    from {{ cookiecutter.__package }}.provider import {{ cookiecutter.__class_prefix }}Provider
 
 __all__ = ["create_provider", "provider_type", "register_providers"]
 
 
 def create_provider(settings: {{ cookiecutter.__class_prefix }}Settings, context: ProviderContext) -> {{ cookiecutter.__class_prefix }}Provider:
     """Build one provider instance for a bot profile."""
+    from {{ cookiecutter.__package }}.provider import {{ cookiecutter.__class_prefix }}Provider  # loads the client here
+
     return {{ cookiecutter.__class_prefix }}Provider(settings, profile=context.profile, api_base_url=context.api_base_url)
 
 

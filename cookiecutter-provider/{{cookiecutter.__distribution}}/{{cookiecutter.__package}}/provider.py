@@ -11,19 +11,23 @@ from __future__ import annotations
 import re
 
 from bridge_core import (
-    Capabilities,
     ChatProvider,
     Forbidden,
-    LengthUnit,
     MessageRef,
     NotFound,
-    SendBudget,
     Unreachable,
 )
 from bridge_core.text import measure, neutralise_mass_mentions
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from {{ cookiecutter.__package }}.client import ApiClient
+from {{ cookiecutter.__package }}.settings import (
+    BUDGET,
+    CAPABILITIES,
+    DEFAULT_API_BASE,
+    LENGTH_UNIT,
+    MAX_LENGTH,
+    {{ cookiecutter.__class_prefix }}Settings,
+)
 
 __all__ = [
     "BUDGET",
@@ -34,39 +38,7 @@ __all__ = [
     "{{ cookiecutter.__class_prefix }}Settings",
 ]
 
-# FILL IN: your platform's documented limits.
-DEFAULT_API_BASE = "https://api.example.com/v1"
-MAX_LENGTH = 4000  # the longest message the platform accepts, counted in LENGTH_UNIT
-LENGTH_UNIT = LengthUnit.CHARACTERS  # or UTF16 (JavaScript string length) or BYTES (UTF-8)
-
-CAPABILITIES = Capabilities(
-    edit=True,  # the platform lets a bot edit its own messages
-    max_length=MAX_LENGTH,
-    length_unit=LENGTH_UNIT,
-    threads=True,  # messages can be posted into a thread
-    inbound=False,  # this template sends only; see the README to add inbound
-    probe=True,  # can_post() tells cheaply whether the bot may still post to a channel
-)
-
-# A token bucket of 3 with 1 send a second, and at most 3,600 in any hour. Set it from the
-# platform's documented rate limits; a profile can override it in bridge.toml.
-BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
-
 _MASS_TAGS = re.compile(r"<!(everyone|here|channel)", re.IGNORECASE)
-
-
-class {{ cookiecutter.__class_prefix }}Settings(BaseModel):
-    """A {{ cookiecutter.provider_name }} profile's ``settings`` table in bridge.toml."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    token: SecretStr = Field(description='The bot token, as { env = "NAME" } in bridge.toml.')
-    api_base_url: str = Field(
-        DEFAULT_API_BASE, description="The REST API's base URL (proxies, tests)."
-    )
-    timeout: float = Field(
-        10.0, gt=0, le=120, description="Seconds one call may take before it counts as failed."
-    )
 
 
 class {{ cookiecutter.__class_prefix }}Provider(ChatProvider):
