@@ -1,6 +1,7 @@
 """``chatbridge``: the command line, a thin shell over the libraries and the runtime.
 
-Commands live in ``bridge_core.commands`` (one module each); ``build_cli()`` assembles them.
+Commands live in ``bridge_core.commands`` (one module each, named as the command);
+``build_cli()`` assembles them, importing each module only when its command runs.
 Nothing here loads plugins at import: a command asks ``get_plugin_manager()`` when it needs them.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 import click
 
@@ -17,25 +19,38 @@ from bridge_core.commands import COMMAND_MODULES, CliState
 __all__ = ["build_cli", "main"]
 
 
-def _add_commands(group: click.Group, names: tuple[str, ...]) -> None:
-    for name in names:
-        module_name = f"bridge_core.commands.{name}"
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # that command has not been written yet
-            raise
-        command = getattr(module, "command", None)
+class _LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is used.
+
+    ``chatbridge providers`` should not pay for importing the gateway, aiohttp and trio; only
+    ``--help`` (which lists every command's summary) imports them all.
+    """
+
+    def __init__(self, *args: Any, command_modules: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command_modules = command_modules
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.command_modules})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.command_modules:
+            return super().get_command(ctx, cmd_name)
+        module_name = f"bridge_core.commands.{cmd_name}"
+        command = getattr(importlib.import_module(module_name), "command", None)
         if not isinstance(command, click.Command):
             raise TypeError(f"{module_name} must define a click command named 'command'")
-        group.add_command(command)
+        return command
 
 
 def build_cli(command_modules: tuple[str, ...] = COMMAND_MODULES) -> click.Group:
     """The ``chatbridge`` click group with every available command."""
 
-    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.group(
+        cls=_LazyGroup,
+        command_modules=command_modules,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
     @click.version_option(__version__, "--version", prog_name="chatbridge")
     @click.option(
         "--strict-plugins",
@@ -51,7 +66,6 @@ def build_cli(command_modules: tuple[str, ...] = COMMAND_MODULES) -> click.Group
         logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
         ctx.obj = CliState(strict_plugins=strict_plugins)
 
-    _add_commands(chatbridge, command_modules)
     return chatbridge
 
 
