@@ -78,6 +78,7 @@ from bridge_core.runtime.placement import (
     NotifierPlacement,
     wait_until,
 )
+from bridge_core.runtime.shared_budget import SharedBudgets
 from bridge_core.sending import ChannelSender, Post, Priority
 
 __all__ = ["Gateway", "GatewayError", "GatewayOptions", "check_bind"]
@@ -319,7 +320,10 @@ class Gateway:
                 stack.push_async_callback(self._close_provider, name)
             self._connected.add(name)
         log_target = self._log_target()
+        budgets: SharedBudgets | None = None  # gateways sharing Redis share each channel's budget
         if stores.membership_url is not None:
+            budgets = SharedBudgets.connect(stores.membership_url, prefix=self.options.key_prefix)
+            stack.push_async_callback(budgets.aclose)
             self._bus = FleetBus.connect(stores.membership_url, prefix=self.options.key_prefix)
             stack.push_async_callback(self._bus.aclose)
             gateways_log = await open_conversation_log(
@@ -337,11 +341,14 @@ class Gateway:
             profile = config.profiles[channel_config.profile]
             provider = self.providers[channel_config.profile]
             platform = profile.provider_type.name if profile.provider_type else profile.provider
+            budget = profile.send_budget or UNLIMITED_BUDGET
+            shared = f"{channel_config.profile}/{channel_config.channel_id}"
             sender = ChannelSender(
                 provider,
                 channel=channel_config.channel_id,
-                budget=profile.send_budget or UNLIMITED_BUDGET,
+                budget=budget,
                 thread=channel_config.thread,
+                gate=budgets.gate(shared, budget) if budgets is not None else None,
             )
             runtime = ChannelRuntime(
                 name=name,

@@ -5,7 +5,7 @@ Imports only the vocabulary. See ``bridge_core.sending.sender`` for the behaviou
 """
 
 from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
-from bridge_core.sending.pacing import BudgetGate
+from bridge_core.sending.pacing import BudgetGate, SendGate
 from bridge_core.sending.sender import (
     BACKOFF_MAX,
     BACKOFF_MIN,
@@ -26,6 +26,7 @@ __all__ = [
     "OutcomeCallback",
     "Post",
     "Priority",
+    "SendGate",
     "SendOp",
     "SenderClosed",
     "SenderStats",

@@ -7,15 +7,32 @@ times of recent sends and also refuses a send that would put more than ``limit``
 ``anyio.current_time()``), so it is exact on a virtual clock.
 
 The recorded times are bounded by the largest window limit, never by traffic.
+
+``SendGate`` is what the sender asks before each send: ``reserve(now)`` either takes one send
+(returns ``0.0``) or says how many seconds to wait first, taking nothing. ``BudgetGate`` is the
+in-process gate; the runtime hands a shared one (``bridge_core.runtime.shared_budget``) to the
+senders of gateways that share a channel, so check and record are one step there.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 from bridge_core.provider import SendBudget
 
-__all__ = ["BudgetGate"]
+__all__ = ["BudgetGate", "SendGate"]
+
+
+class SendGate(Protocol):
+    """Decides when a channel's next send may go; ``ChannelSender`` asks it before each send."""
+
+    async def reserve(self, now: float) -> float:
+        """Take one send at once and return ``0.0``, or return the seconds to wait (nothing taken).
+
+        ``now`` is the caller's ``anyio.current_time()``; a shared gate may read its own clock.
+        """
+        ...
 
 
 class BudgetGate:
@@ -58,6 +75,13 @@ class BudgetGate:
                 # The send ``limit`` places back must have left the window before another goes.
                 wait = max(wait, history[count - window.limit] + window.seconds - now)
         return wait if wait > 1e-9 else 0.0
+
+    async def reserve(self, now: float) -> float:
+        """``SendGate``: check and record in one step (never yields, so nothing can interleave)."""
+        wait = self.delay(now)
+        if wait == 0.0:
+            self.record(now)
+        return wait
 
     def record(self, now: float) -> None:
         """Spend one send at ``now`` (call it for every attempt the platform sees)."""

@@ -3,7 +3,8 @@
 Notifications and replies meet here, so together they never exceed the channel's budget. The
 sender sends one operation at a time, highest priority class first (``Priority``), pacing ahead
 of the platform with a ``BudgetGate`` (token bucket plus sliding windows) and keeping writes to
-one message at least ``budget.edit_spacing`` apart.
+one message at least ``budget.edit_spacing`` apart. Gateways that share a channel pass a shared
+``gate=`` (any ``SendGate``) so that together they stay within the one budget.
 
 Two ways in:
 
@@ -55,7 +56,7 @@ from bridge_core.provider import (
     Unreachable,
 )
 from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
-from bridge_core.sending.pacing import BudgetGate
+from bridge_core.sending.pacing import BudgetGate, SendGate
 
 __all__ = [
     "BACKOFF_MAX",
@@ -123,6 +124,7 @@ class ChannelSender:
         random: random_module.Random | None = None,
         recheck_interval: float = 300.0,
         thread: str | None = None,
+        gate: SendGate | None = None,
     ) -> None:
         if recheck_interval <= 0:
             raise ValueError(f"recheck_interval must be positive, got {recheck_interval}")
@@ -133,7 +135,7 @@ class ChannelSender:
         self.recheck_interval = recheck_interval
         self.stats = SenderStats()
         self._random = random if random is not None else random_module.Random()
-        self._gate = BudgetGate(budget)
+        self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
         self._queues: list[dict[Hashable, _Work]] = [{} for _ in Priority]
         self._last_write: dict[str, float] = {}
         self._inflight: _Work | None = None
@@ -408,10 +410,6 @@ class ChannelSender:
         if work is None:
             await self._wait(ready_at)
             return
-        delay = self._gate.delay(now)
-        if delay > 0:
-            await anyio.sleep(delay)
-            return
         await self._send(work, now)
 
     async def _probe(self) -> bool:
@@ -430,14 +428,25 @@ class ChannelSender:
         return True
 
     async def _send(self, work: _Work, now: float) -> None:
-        del self._queues[work.priority][work.key]
         op = work.op
+        # Rendered before the gate is asked, so work with nothing to say spends no budget.
         text = render_text(op.text)
         if text is None:
+            del self._queues[work.priority][work.key]
             self.stats.skipped += 1
             self._resolve(work, None)
             return
-        self._gate.record(now)
+        delay = await self._gate.reserve(now)
+        if delay > 0:
+            await anyio.sleep(delay)  # the work stays queued; the next step re-renders it
+            return
+        queue = self._queues[work.priority]
+        if queue.get(work.key) is not work:
+            # Replaced or withdrawn while a shared gate answered (the in-process gate never
+            # yields): the reserved send goes unused, which only errs on the side of the budget.
+            return
+        del queue[work.key]
+        now = anyio.current_time()
         self.stats.sends += 1
         self._inflight = work
         try:

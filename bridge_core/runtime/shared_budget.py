@@ -1,0 +1,188 @@
+"""One send budget per channel shared by every gateway on a Redis: the scale-out ``SendGate``.
+
+Each gateway runs its own ``ChannelSender`` per channel; the channel's notifier runs on one of
+them, but replies go out from whichever gateway answered the turn. Handing every sender of a
+channel the same ``SharedBudgetGate`` makes them draw every send from one budget, so together
+they stay within it (issue 7).
+
+The decision is one Lua script run atomically on the Redis server, timed by the server's
+``TIME`` (one clock for every gateway): it refills the channel's token bucket, checks every
+sliding window against the recent send times, and either records the send and answers "go" or
+records nothing and answers "wait N seconds". Per channel there are two keys under the
+gateway's key prefix, hash-tagged to one cluster slot: ``<prefix>:budget:{<channel>}:bucket``
+(tokens and when they were counted) and ``…:sends`` (the last ``max(window.limit)`` send times).
+Both expire once the bucket would be full and every window empty again, so an idle channel's
+keys clean themselves and a fresh key means exactly "nothing sent lately".
+
+Redis unreachable: sending pauses. ``reserve`` answers "wait" (0.5 s, doubling to 5 s) until
+Redis answers again, logging a warning once per outage and a note when it is back. Falling back
+to a local share of the budget would need the number of live gateways, which is itself read
+from Redis; pausing is the only choice that keeps the guarantee (and with Redis gone, placement
+and the agent groups stop too). What was queued is sent once Redis is back.
+
+Exception hierarchy: none of its own; a script error other than an unreachable server (a
+``redis.exceptions.ResponseError``, such as a server too old for the script) propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bridge_core.provider import SendBudget
+
+__all__ = ["RETRY_MAX", "RETRY_MIN", "Grant", "SharedBudgetGate", "SharedBudgets"]
+
+log = logging.getLogger("bridge_core.runtime.shared_budget")
+
+RETRY_MIN = 0.5
+RETRY_MAX = 5.0
+
+# KEYS: bucket hash, send-times sorted set.
+# ARGV: burst, per_second, ttl_ms, member (unique per send), then limit/seconds pairs.
+# Numbers leave Lua through string.format: Lua's own tostring keeps only 14 digits, which would
+# round the server's epoch seconds to 0.1 ms.
+_SCRIPT = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local burst = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local tokens = burst
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'updated')
+if state[1] and state[2] then
+  local elapsed = now - tonumber(state[2])
+  tokens = tonumber(state[1])
+  if elapsed > 0 then
+    tokens = math.min(burst, tokens + elapsed * rate)
+  end
+end
+local wait = 0
+if tokens < 1 then
+  wait = (1 - tokens) / rate
+end
+local keep = 0
+for i = 5, #ARGV, 2 do
+  local limit = tonumber(ARGV[i])
+  local seconds = tonumber(ARGV[i + 1])
+  if limit > keep then keep = limit end
+  -- the send `limit` places back must have left the window before another goes
+  local back = redis.call('ZREVRANGE', KEYS[2], limit - 1, limit - 1, 'WITHSCORES')
+  if back[2] then
+    wait = math.max(wait, tonumber(back[2]) + seconds - now)
+  end
+end
+if wait > 1e-9 then
+  return {'wait', string.format('%.6f', math.ceil(wait * 1000000) / 1000000)}
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.12f', tokens - 1),
+  'updated', string.format('%.6f', now))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if keep > 0 then
+  redis.call('ZADD', KEYS[2], string.format('%.6f', now), ARGV[4])
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(keep + 1))
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
+return {'go', string.format('%.6f', now)}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A shared gate's answer: ``wait == 0`` means one send was recorded at ``at`` (the Redis
+    server's clock, epoch seconds); otherwise wait ``wait`` seconds and ask again."""
+
+    wait: float
+    at: float | None = None
+
+    @property
+    def go(self) -> bool:
+        return self.wait == 0.0
+
+
+class SharedBudgets:
+    """One Redis connection serving the shared gates of every channel of a gateway."""
+
+    def __init__(self, redis: Redis, *, prefix: str) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._script = redis.register_script(_SCRIPT)
+        self._sender_id = uuid.uuid4().hex[:12]  # send-time members never collide across gateways
+        self._sends = 0
+
+    @classmethod
+    def connect(cls, url: str, *, prefix: str, timeout: float = 2.0) -> SharedBudgets:
+        """A client for ``url``; a call that hangs past ``timeout`` counts as Redis unreachable."""
+        redis = Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return cls(redis, prefix=prefix)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+
+    def gate(self, channel: str, budget: SendBudget) -> SharedBudgetGate:
+        """The gate for ``channel`` (the same name on every gateway means the same budget)."""
+        return SharedBudgetGate(self, channel, budget)
+
+    def _keys(self, channel: str) -> list[str]:
+        base = f"{self._prefix}:budget:{{{channel}}}"
+        return [f"{base}:bucket", f"{base}:sends"]
+
+    def _member(self) -> str:
+        self._sends += 1
+        return f"{self._sender_id}:{self._sends}"
+
+    async def _run(self, keys: list[str], args: list[Any]) -> Grant:
+        reply: Any = await self._script(keys=keys, args=[*args[:3], self._member(), *args[3:]])
+        verdict, seconds = reply[0], float(reply[1])
+        if verdict == b"go":
+            return Grant(0.0, seconds)
+        return Grant(max(seconds, 1e-6))
+
+
+class SharedBudgetGate:
+    """A ``SendGate`` drawing every send to one channel from the budget kept in Redis."""
+
+    def __init__(self, budgets: SharedBudgets, channel: str, budget: SendBudget) -> None:
+        self.channel = channel
+        self.budget = budget
+        self._budgets = budgets
+        self._keys = budgets._keys(channel)
+        longest = max((w.seconds for w in budget.windows), default=0.0)
+        # idle this long, the bucket is full and every window empty: the key may go
+        ttl = max(longest, budget.burst / budget.per_second) + 1.0
+        self._args: list[Any] = [budget.burst, repr(budget.per_second), math.ceil(ttl * 1000)]
+        for window in budget.windows:
+            self._args += [window.limit, repr(window.seconds)]
+        self._retry = 0.0
+        self.outages = 0  # how many times Redis became unreachable (for tests and metrics)
+
+    async def take(self) -> Grant:
+        """Ask Redis once: a recorded send, or how long to wait (also while Redis is away)."""
+        try:
+            grant = await self._budgets._run(self._keys, self._args)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            if not self._retry:
+                self.outages += 1
+                log.warning(
+                    "channel %s: the shared send budget in Redis is unreachable (%s); sends to "
+                    "it pause until Redis answers again, so gateways never exceed it together",
+                    self.channel,
+                    error,
+                )
+            self._retry = min(RETRY_MAX, self._retry * 2) if self._retry else RETRY_MIN
+            return Grant(self._retry)
+        if self._retry:
+            log.warning("channel %s: the shared send budget is reachable again", self.channel)
+            self._retry = 0.0
+        return grant
+
+    async def reserve(self, now: float) -> float:
+        """``SendGate``: Redis keeps the clock, so ``now`` is not used."""
+        del now
+        return (await self.take()).wait
