@@ -1,7 +1,7 @@
 """The ``chatbridge`` subcommands, one module each, each exposing a click command named ``command``.
 
-``bridge_core.cli`` adds every module of ``COMMAND_MODULES`` that exists (a module not written yet
-is skipped), so a new command is one new module here plus its name in that list. The helpers below
+``bridge_core.cli`` imports a module of ``COMMAND_MODULES`` (named as its command) only when that
+command runs, so a new command is one new module here plus its name in that list. The helpers below
 give commands one way to read ``-c/--config``, the plugin manager and the config.
 """
 
