@@ -8,7 +8,6 @@ Ownership is host, process id and process start time; whether an owner is alive 
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Collection
@@ -18,6 +17,7 @@ from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
     COLUMNS,
+    decode_refs,
     filters_sql,
     new_row,
     scope_where,
@@ -83,7 +83,48 @@ def _setup(conn: sqlite3.Connection) -> None:
 
 
 _OPEN_STATES = tuple(state.value for state in CLAIMABLE_STATES)
+_CLAIMABLE_UNHELD = frozenset({State.PENDING, State.FAILED})
+_KNOWN_LIMIT = 50_000
 _SELECT = f"SELECT {COLUMNS} FROM ledger"
+
+
+def _changed(
+    row: Obligation,
+    *,
+    state: State,
+    owner: str | None,
+    fence: int,
+    attempts: int,
+    resends: int,
+    penalty: bool,
+    next_attempt_at: float | None,
+    updated_at: float,
+    last_error: str | None,
+    delivered: tuple[MessageRef, ...],
+) -> Obligation:
+    """``row`` with every column a claim or a held update may change given (a plain call:
+    ``dataclasses.replace`` costs several times more, twice a reply)."""
+    return Obligation(
+        row.id,
+        row.profile,
+        row.platform,
+        row.channel,
+        row.thread,
+        row.reply_to,
+        row.text,
+        row.chunks,
+        state,
+        attempts,
+        resends,
+        fence,
+        owner,
+        row.created_at,
+        updated_at,
+        next_attempt_at,
+        last_error,
+        penalty,
+        delivered,
+    )
 
 
 class SQLiteLedgerStore:
@@ -99,6 +140,9 @@ class SQLiteLedgerStore:
         self._records = MergedRecords(self._owner)
         self._claims = MergedClaims(self._owner, self._forget_live)
         self._held = MergedHeldUpdates(self._owner)
+        # Rows as this store last wrote or read them, so a claim or a held update that follows
+        # needs only the id back instead of the whole row (event loop thread only; bounded).
+        self._known: dict[str, Obligation] = {}
 
     @property
     def owner(self) -> str:
@@ -152,17 +196,33 @@ class SQLiteLedgerStore:
     def _forget_live(self) -> None:
         self._live_now.clear()
 
+    def _remember(self, row: Obligation) -> Obligation:
+        if len(self._known) >= _KNOWN_LIMIT:
+            del self._known[next(iter(self._known))]  # the oldest
+        self._known[row.id] = row
+        return row
+
+    def _recall(self, obligation_id: str, fence: int) -> Obligation | None:
+        known = self._known.pop(obligation_id, None)
+        return known if known is not None and known.fence == fence else None
+
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
         # The new row is built here rather than read back: the writer thread does less.
         fresh = new_row(reply, owner=self._owner, now=now)
-        return await self.writer.call_merged(self._records, fresh)
+        row, created = await self.writer.call_merged(self._records, fresh)
+        if created or row.state is not State.ATTEMPTING:
+            self._remember(row)
+        return row, created
 
     async def get(self, obligation_id: str) -> Obligation | None:
         def run(conn: sqlite3.Connection) -> Obligation | None:
             found = conn.execute(f"{_SELECT} WHERE id = ?", (obligation_id,)).fetchone()
             return None if found is None else to_obligation(found)
 
-        return await self.writer.call(run)
+        row = await self.writer.call(run)
+        if row is not None and row.state in _CLAIMABLE_UNHELD:
+            self._remember(row)
+        return row
 
     async def candidates(self, scope: Scope, *, now: float) -> list[Obligation]:
         where, params = scope_where(
@@ -180,14 +240,46 @@ class SQLiteLedgerStore:
                 to_obligation(found) for found in conn.execute(f"{_SELECT} WHERE {where}", params)
             ]
 
-        return await self.writer.call(run)
+        rows = await self.writer.call(run)
+        for row in rows:
+            if row.state in _CLAIMABLE_UNHELD:
+                self._remember(row)
+        return rows
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
-        return await self.writer.call_merged(self._claims, (obligation_id, fence, now))
+        # A row read at this fence and not attempting cannot have changed since without its
+        # fence moving (only its holder changes an attempting row in place), so the claim's
+        # changes are applied to it here and only the id comes back.
+        known = self._recall(obligation_id, fence)
+        if known is not None and known.state not in _CLAIMABLE_UNHELD:
+            known = None
+        result = await self.writer.call_merged(
+            self._claims, (obligation_id, fence, now, known is not None)
+        )
+        if result is None or result is False:
+            return None
+        if result is True:
+            assert known is not None
+            result = _changed(
+                known,
+                state=State.ATTEMPTING,
+                owner=self._owner,
+                fence=fence + 1,
+                attempts=known.attempts + 1,
+                resends=known.resends + (known.attempts > 0 and not known.penalty),
+                penalty=False,
+                next_attempt_at=None,
+                updated_at=now,
+                last_error=known.last_error,
+                delivered=known.delivered,
+            )
+        return self._remember(result)
 
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str
     ) -> Obligation | None:
+        self._known.pop(obligation_id, None)
+
         def run(conn: sqlite3.Connection) -> Obligation | None:
             found = conn.execute(
                 "UPDATE ledger SET state = 'abandoned', fence = fence + 1, last_error = ?, "
@@ -217,8 +309,14 @@ class SQLiteLedgerStore:
         penalty: bool = False,
         last_error: str | None = None,
     ) -> Obligation | None:
-        ref_json = None if ref is None else json.dumps([ref.channel, ref.message_id, ref.thread])
-        return await self.writer.call_merged(
+        # The row as this store claimed it: at its fence only these updates change it, and the
+        # columns they append to (delivered, last_error) come back from the statement.
+        known = self._recall(obligation_id, fence)
+        if known is not None and (
+            known.state is not State.ATTEMPTING or known.owner != self._owner
+        ):
+            known = None
+        result = await self.writer.call_merged(
             self._held,
             (
                 obligation_id,
@@ -228,9 +326,37 @@ class SQLiteLedgerStore:
                 next_attempt_at,
                 int(penalty),
                 last_error,
-                ref_json,
+                "" if ref is None else ref.channel,
+                "" if ref is None else ref.message_id,
+                None if ref is None else ref.thread,
+                int(ref is not None),
+                known is not None,
             ),
         )
+        if result is None:
+            return None
+        if isinstance(result, tuple):
+            assert known is not None
+            stored_error, count, stored = result
+            delivered = known.delivered if ref is None else (*known.delivered, ref)
+            if count != len(delivered):  # another writer appended at this fence: read them all
+                delivered = decode_refs(stored)
+            result = _changed(
+                known,
+                state=known.state if state is None else state,
+                owner=known.owner,
+                fence=known.fence,
+                attempts=known.attempts,
+                resends=known.resends,
+                penalty=known.penalty if state is None else penalty,
+                next_attempt_at=known.next_attempt_at if state is None else next_attempt_at,
+                updated_at=now,
+                last_error=stored_error,
+                delivered=delivered,
+            )
+        if not result.state.final:
+            self._remember(result)
+        return result
 
     async def settle(
         self,
@@ -293,6 +419,8 @@ class SQLiteLedgerStore:
         return await self.writer.call(run)
 
     async def retry(self, obligation_id: str, *, now: float) -> Obligation | None:
+        self._known.pop(obligation_id, None)
+
         def run(conn: sqlite3.Connection) -> Obligation | None:
             found = conn.execute(
                 "UPDATE ledger SET state = 'pending', fence = fence + 1, resends = 0, "

@@ -19,17 +19,26 @@ from typing import Any, TypeVar
 from bridge_core.ledger.model import Obligation
 from bridge_core.ledger.rows import COLUMNS, encode_chunks, to_obligation
 
-__all__ = ["MergedClaims", "MergedHeldUpdates", "MergedRecords"]
+__all__ = [
+    "ClaimItem",
+    "ClaimResult",
+    "HeldItem",
+    "HeldResult",
+    "MergedClaims",
+    "MergedHeldUpdates",
+    "MergedRecords",
+]
 
 T = TypeVar("T")
 
 _CHUNK = 400  # rows per statement: far under SQLite's 32,766 bound variables
 _OPEN = "('pending', 'attempting', 'failed')"
+_RETURNING_APPENDED = (
+    "RETURNING ledger.id, ledger.last_error, "
+    "CASE WHEN ledger.delivered = '' THEN 0 ELSE json_array_length(ledger.delivered) END, "
+    "ledger.delivered"
+)
 _RETURNING = "RETURNING " + ", ".join(f"ledger.{name.strip()}" for name in COLUMNS.split(","))
-
-HeldItem = tuple[str, int, float, str | None, float | None, int, str | None, str | None]
-"""id, fence, now, new state (``None``: stays attempting), next_attempt_at, penalty,
-last_error, the delivered ref as JSON (``None``: none)."""
 
 
 def _rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[int, T]]]:
@@ -111,81 +120,120 @@ class MergedRecords:
         return [result for result in results if result is not None]
 
 
+ClaimItem = tuple[str, int, float, bool]
+"""id, fence, now, whether the caller knows the row (then only the id comes back)."""
+
+ClaimResult = Obligation | bool | None
+"""The row after the claim (unknown rows), ``True`` (a known row was claimed), ``None``."""
+
+HeldItem = tuple[
+    str, int, float, str | None, float | None, int, str | None, str, str, str | None, int, bool
+]
+"""id, fence, now, new state (``None``: stays attempting), next_attempt_at, penalty,
+last_error, the delivered ref's channel, message id and thread, whether there is a ref (1/0),
+whether the caller knows the row."""
+
+HeldResult = Obligation | tuple[str | None, int, str] | None
+"""The row after the change (unknown rows), ``(last_error, how many refs, delivered as JSON)``
+(known rows), ``None``."""
+
+_HELD_SET = (
+    "UPDATE ledger SET updated_at = c.column3, "
+    "state = COALESCE(c.column4, state), "
+    "next_attempt_at = CASE WHEN c.column4 IS NULL THEN next_attempt_at ELSE c.column5 END, "
+    "penalty = CASE WHEN c.column4 IS NULL THEN penalty ELSE c.column6 END, "
+    "last_error = COALESCE(c.column7, last_error), "
+    "delivered = CASE WHEN c.column11 = 0 THEN delivered ELSE json_insert("
+    "CASE WHEN delivered = '' THEN '[]' ELSE delivered END, '$[#]', "
+    "json_array(c.column8, c.column9, c.column10)) END "
+)
+
+
+def _split(
+    chunk: list[tuple[int, Any]], known: Callable[[Any], bool]
+) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+    yes = [indexed for indexed in chunk if known(indexed[1])]
+    no = [indexed for indexed in chunk if not known(indexed[1])]
+    return yes, no
+
+
 class MergedClaims:
     """``claim`` for many rows: one compare-and-swap ``UPDATE … FROM (VALUES (id, fence, now))``.
 
     A row is claimed when it still has the fence its claimer read, is open, and its owner is
-    unset, this process or dead (``owner_alive``, re-checked inside the statement)."""
+    unset, this process or dead (``owner_alive``, re-checked inside the statement). For a row
+    the caller knows (read at that fence, not ``attempting``: such a row cannot change without
+    its fence moving) only the id comes back; the caller applies the claim's changes itself.
+    """
 
     def __init__(self, owner: str, forget_live: Callable[[], None]) -> None:
         self.owner = owner
         self._forget_live = forget_live
 
-    def run_many(
-        self, conn: sqlite3.Connection, items: Sequence[tuple[str, int, float]]
-    ) -> list[Obligation | None]:
-        results: list[Obligation | None] = [None] * len(items)
+    def run_many(self, conn: sqlite3.Connection, items: Sequence[ClaimItem]) -> list[ClaimResult]:
+        results: list[ClaimResult] = [None] * len(items)
         for chunk in _rounds(items, lambda item: item[0]):
-            self._forget_live()
-            params: list[Any] = [self.owner]
-            for _, item in chunk:
-                params += item
-            params.append(self.owner)
-            claimed = {
-                row[0]: row
-                for row in conn.execute(
-                    "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
-                    "attempts = attempts + 1, "
-                    "resends = resends + CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
-                    "penalty = 0, next_attempt_at = NULL, updated_at = c.column3 "
-                    f"FROM (VALUES {_values(len(chunk), 3)}) AS c "
-                    "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
-                    f"AND ledger.state IN {_OPEN} AND (ledger.owner IS NULL OR ledger.owner = ? "
-                    f"OR NOT owner_alive(ledger.owner)) {_RETURNING}",
-                    params,
-                )
-            }
-            for index, (obligation_id, _fence, _now) in chunk:
-                row = claimed.get(obligation_id)
-                results[index] = None if row is None else to_obligation(row)
+            for part, full in zip(_split(chunk, lambda item: item[3]), (False, True), strict=True):
+                if not part:
+                    continue
+                self._forget_live()
+                params: list[Any] = [self.owner]
+                for _, item in part:
+                    params += item[:3]
+                params.append(self.owner)
+                claimed = {
+                    row[0]: row
+                    for row in conn.execute(
+                        "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
+                        "attempts = attempts + 1, resends = resends + "
+                        "CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
+                        "penalty = 0, next_attempt_at = NULL, updated_at = c.column3 "
+                        f"FROM (VALUES {_values(len(part), 3)}) AS c "
+                        "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                        f"AND ledger.state IN {_OPEN} AND (ledger.owner IS NULL "
+                        "OR ledger.owner = ? OR NOT owner_alive(ledger.owner)) "
+                        f"{_RETURNING if full else 'RETURNING ledger.id'}",
+                        params,
+                    )
+                }
+                for index, item in part:
+                    row = claimed.get(item[0])
+                    if row is not None:
+                        results[index] = to_obligation(row) if full else True
         return results
 
 
 class MergedHeldUpdates:
     """``progress`` and ``settle`` for many rows: one ``UPDATE … FROM (VALUES …)`` conditioned,
-    row by row, on this owner, the fence it holds and ``attempting``."""
+    row by row, on this owner, the fence it holds and ``attempting``. For a row the caller
+    knows (as claimed: nothing but these updates changes it at that fence) only the columns an
+    update appends to come back."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
 
-    def run_many(
-        self, conn: sqlite3.Connection, items: Sequence[HeldItem]
-    ) -> list[Obligation | None]:
-        results: list[Obligation | None] = [None] * len(items)
+    def run_many(self, conn: sqlite3.Connection, items: Sequence[HeldItem]) -> list[HeldResult]:
+        results: list[HeldResult] = [None] * len(items)
         for chunk in _rounds(items, lambda item: item[0]):
-            params: list[Any] = []
-            for _, item in chunk:
-                params += item
-            params.append(self.owner)
-            changed = {
-                row[0]: row
-                for row in conn.execute(
-                    "UPDATE ledger SET updated_at = c.column3, "
-                    "state = COALESCE(c.column4, state), "
-                    "next_attempt_at = CASE WHEN c.column4 IS NULL THEN next_attempt_at "
-                    "ELSE c.column5 END, "
-                    "penalty = CASE WHEN c.column4 IS NULL THEN penalty ELSE c.column6 END, "
-                    "last_error = COALESCE(c.column7, last_error), "
-                    "delivered = CASE WHEN c.column8 IS NULL THEN delivered ELSE json_insert("
-                    "CASE WHEN delivered = '' THEN '[]' ELSE delivered END, '$[#]', "
-                    "json(c.column8)) END "
-                    f"FROM (VALUES {_values(len(chunk), 8)}) AS c "
-                    "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
-                    f"AND ledger.owner = ? AND ledger.state = 'attempting' {_RETURNING}",
-                    params,
-                )
-            }
-            for index, item in chunk:
-                row = changed.get(item[0])
-                results[index] = None if row is None else to_obligation(row)
+            for part, full in zip(_split(chunk, lambda item: item[11]), (False, True), strict=True):
+                if not part:
+                    continue
+                params: list[Any] = []
+                for _, item in part:
+                    params += item[:11]
+                params.append(self.owner)
+                returning = _RETURNING if full else _RETURNING_APPENDED
+                changed = {
+                    row[0]: row
+                    for row in conn.execute(
+                        f"{_HELD_SET} FROM (VALUES {_values(len(part), 11)}) AS c "
+                        "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                        f"AND ledger.owner = ? AND ledger.state = 'attempting' {returning}",
+                        params,
+                    )
+                }
+                for index, item in part:
+                    row = changed.get(item[0])
+                    if row is not None:
+                        results[index] = to_obligation(row) if full else (row[1], row[2], row[3])
         return results

@@ -8,9 +8,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bridge_core.ledger import LedgerError, Reply, open_store
+from bridge_core.ledger import LedgerError, Reply, State, open_store
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
 from bridge_core.ledger.sqlwriter import SQLiteWriter
+from bridge_core.provider import MessageRef
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +85,55 @@ async def test_an_unusable_path_is_a_ledger_error_that_says_what_to_check(tmp_pa
     blocker.write_text("not a folder")
     with pytest.raises(LedgerError, match="cannot open the ledger file"):
         await open_store(blocker / "ledger.db")
+
+
+async def test_rows_the_store_returns_are_the_rows_it_stored(tmp_path: Path) -> None:
+    """Claims and held updates of rows the store already knows bring back only ids (and the
+    columns an update appends to); the rows it builds from them must equal the stored rows."""
+    store = await open_store(tmp_path / "ledger.db")
+    assert isinstance(store, SQLiteLedgerStore)
+    reply = Reply(
+        obligation_id="chunked", profile="X", platform="p", channel="c", text="ab",
+        chunks=("a", "b"),
+    )  # fmt: skip
+    row, created = await store.record(reply, now=1.0)
+    assert created and row == await store.get("chunked")
+    claimed = await store.claim("chunked", fence=0, now=2.0)
+    assert claimed is not None and claimed == await store.get("chunked")
+    part = await store.progress("chunked", fence=1, ref=MessageRef("c", "m1", "t"), now=3.0)
+    assert part is not None and part == await store.get("chunked")
+    failed = await store.settle(
+        "chunked", fence=1, state=State.FAILED, now=4.0, next_attempt_at=9.0,
+        last_error="Unreachable: down",
+    )  # fmt: skip
+    assert failed is not None and failed == await store.get("chunked")
+    assert failed.delivered == (MessageRef("c", "m1", "t"),) and failed.next_attempt_at == 9.0
+    again = await store.claim("chunked", fence=1, now=5.0)
+    assert again is not None and again == await store.get("chunked")
+    assert (again.attempts, again.resends, again.fence) == (2, 1, 2)
+    assert await store.claim("chunked", fence=1, now=5.5) is None  # the fence moved on
+    done = await store.settle(
+        "chunked", fence=2, state=State.DELIVERED, now=6.0, ref=MessageRef("c", "m2", None)
+    )
+    assert done is not None and done == await store.get("chunked")
+    assert done.delivered == (MessageRef("c", "m1", "t"), MessageRef("c", "m2", None))
+    assert await store.settle("chunked", fence=2, state=State.FAILED, now=7.0) is None
+    await store.aclose()
+
+
+async def test_a_claim_race_inside_one_group_commit_has_one_winner(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "ledger.db")
+    assert isinstance(store, SQLiteLedgerStore)
+    reply = Reply(obligation_id="raced", profile="X", platform="p", channel="c", text="t")
+    await store.record(reply, now=1.0)
+    results: list[object] = []
+
+    async def claim() -> None:
+        results.append(await store.claim("raced", fence=0, now=2.0))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(20):
+            group.start_soon(claim)
+    winners = [result for result in results if result is not None]
+    assert len(winners) == 1 and winners[0] == await store.get("raced")
+    await store.aclose()
