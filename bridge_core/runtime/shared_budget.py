@@ -14,14 +14,15 @@ gateway's key prefix, hash-tagged to one cluster slot: ``<prefix>:budget:{<chann
 Both expire once the bucket would be full and every window empty again, so an idle channel's
 keys clean themselves and a fresh key means exactly "nothing sent lately".
 
-Redis unreachable: sending pauses. ``reserve`` answers "wait" (0.5 s, doubling to 5 s) until
-Redis answers again, logging a warning once per outage and a note when it is back. Falling back
+Redis unreachable (or refusing: a read-only replica after a failover, out of memory): sending
+pauses. ``reserve`` answers "wait" (0.5 s, doubling to 5 s) until Redis records sends again,
+logging a warning once per outage, naming the error, and a note when it is back. Falling back
 to a local share of the budget would need the number of live gateways, which is itself read
 from Redis; pausing is the only choice that keeps the guarantee (and with Redis gone, placement
 and the agent groups stop too). What was queued is sent once Redis is back.
 
-Exception hierarchy: none of its own; a script error other than an unreachable server (a
-``redis.exceptions.ResponseError``, such as a server too old for the script) propagates.
+Exception hierarchy: none; no Redis error leaves ``reserve`` (a sender that raised would stop
+its channel for good, where a pause heals by itself).
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from bridge_core.provider import SendBudget
 
@@ -166,11 +166,11 @@ class SharedBudgetGate:
         """Ask Redis once: a recorded send, or how long to wait (also while Redis is away)."""
         try:
             grant = await self._budgets._run(self._keys, self._args)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        except (RedisError, OSError) as error:
             if not self._retry:
                 self.outages += 1
                 log.warning(
-                    "channel %s: the shared send budget in Redis is unreachable (%s); sends to "
+                    "channel %s: the shared send budget in Redis is unavailable (%r); sends to "
                     "it pause until Redis answers again, so gateways never exceed it together",
                     self.channel,
                     error,
