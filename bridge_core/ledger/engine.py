@@ -210,35 +210,41 @@ class DeliveryLedger:
     # ------------------------------------------------------------------ sweeps
 
     async def _sweep(self, scope: Scope) -> SweepReport:
-        """Claim and send every row in ``scope``, page by page, ``schedule.concurrency`` at once.
+        """Claim and send every row in ``scope``: ``schedule.concurrency`` workers take rows
+        from a stream one page deep, which a reader fills page by page.
 
         Each row is claimed just before its own send, never a page ahead, so a crash marks only
-        the rows whose sends had begun.
+        the rows whose sends had begun. The workers resume together when a group commit wakes
+        them, so their next claims share the next commit.
         """
-        limiter = anyio.Semaphore(self.schedule.concurrency)
         counts = dict.fromkeys(SweepReport.__slots__, 0)
+        send_rows, receive_rows = anyio.create_memory_object_stream[Obligation](scope.limit)
 
-        async def one(row: Obligation) -> None:
-            try:
-                outcome = await self._attempt(row)
-            finally:
-                limiter.release()
-            counts[outcome.kind] += 1
-            counts["claimed"] += outcome.kind != "skipped"
-            counts["marked"] += outcome.marked
+        async def read_pages() -> None:
+            async with send_rows:
+                cursor = scope.after
+                while True:
+                    page = await self.store.candidates(
+                        dataclasses.replace(scope, after=cursor), now=self._clock()
+                    )
+                    for row in page:
+                        await send_rows.send(row)
+                    if len(page) < scope.limit:
+                        return
+                    cursor = (page[-1].created_at, page[-1].id)
 
-        cursor = scope.after
-        async with anyio.create_task_group() as group:
-            while True:  # the next page is read while the last one's sends finish
-                page = await self.store.candidates(
-                    dataclasses.replace(scope, after=cursor), now=self._clock()
-                )
-                for row in page:
-                    await limiter.acquire()
-                    group.start_soon(one, row)
-                if len(page) < scope.limit:
-                    break
-                cursor = (page[-1].created_at, page[-1].id)
+        async def work(rows: anyio.abc.ObjectReceiveStream[Obligation]) -> None:
+            async with rows:
+                async for row in rows:
+                    outcome = await self._attempt(row)
+                    counts[outcome.kind] += 1
+                    counts["claimed"] += outcome.kind != "skipped"
+                    counts["marked"] += outcome.marked
+
+        async with anyio.create_task_group() as group, receive_rows:
+            group.start_soon(read_pages)
+            for _ in range(self.schedule.concurrency):
+                group.start_soon(work, receive_rows.clone())
         return SweepReport(**counts)
 
     async def boot_sweep(self) -> SweepReport:

@@ -66,7 +66,7 @@ class Schedule:
     default_penalty: float = 5.0
     sweep_interval: float = 15.0
     prune_interval: float = 3600.0
-    concurrency: int = 16
+    concurrency: int = 64
 
     def __post_init__(self) -> None:
         if self.max_resends < 0:

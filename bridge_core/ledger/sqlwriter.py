@@ -125,6 +125,11 @@ class SQLiteWriter:
         self._open_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._running = False
+        # asyncio callers' calls wait here until the end of the event loop's iteration, then go
+        # to the writer as one list: every task that resumed in that iteration (e.g. a whole
+        # group commit's callers) lands in one batch, instead of the writer waking on the
+        # first call of a burst and committing it alone.
+        self._gathering: dict[asyncio.AbstractEventLoop, list[_Call[Any]]] = {}
         self.batches = 0
         self.calls = 0
 
@@ -145,14 +150,27 @@ class SQLiteWriter:
     async def _submit(self, pending: _Call[T]) -> T:
         if not self._running:  # a flag, not Thread.is_alive(): that takes a lock every call
             raise RuntimeError(f"the SQLite writer for {self.path} is not running")
-        self._queue.put(pending)
+        loop = pending.loop
+        if loop is None:
+            self._queue.put(pending)
+        else:
+            gathering = self._gathering.get(loop)
+            if gathering is None:
+                self._gathering[loop] = gathering = []
+                loop.call_soon(self._hand_over, loop)
+            gathering.append(pending)
         await pending.wait()
         if pending.error is not None:
             raise pending.error
         return pending.result  # type: ignore[return-value]
 
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue.put(self._gathering.pop(loop))
+
     async def stop(self) -> None:
         self._running = False
+        for loop in list(self._gathering):  # calls already made still run, before the stop
+            self._hand_over(loop)
         if self._thread.is_alive():
             self._queue.put(_STOP)
             await anyio.to_thread.run_sync(self._thread.join)
@@ -171,7 +189,7 @@ class SQLiteWriter:
                 first = self._queue.get()
                 if first is _STOP:
                     return
-                batch: list[_Call[Any]] = [first]
+                batch: list[_Call[Any]] = first if isinstance(first, list) else [first]
                 stopping = False
                 while len(batch) < self._max_batch:
                     try:
@@ -181,7 +199,10 @@ class SQLiteWriter:
                     if item is _STOP:
                         stopping = True
                         break
-                    batch.append(item)
+                    if isinstance(item, list):
+                        batch += item
+                    else:
+                        batch.append(item)
                 self._run_batch(conn, batch)
                 if stopping:
                     return
