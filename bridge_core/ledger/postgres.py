@@ -21,11 +21,12 @@ import psycopg
 
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner
+from bridge_core.ledger.pgmerged import Gathered, HeldItem, claim_many, held_many, record_many
 from bridge_core.ledger.rows import (
     COLUMNS,
-    encode_chunks,
     encode_refs,
     filters_sql,
+    new_row,
     scope_where,
     to_obligation,
 )
@@ -77,6 +78,21 @@ class PostgresLedgerStore:
         self._owners = f"{p}owners"
         self._live = f"SELECT owner FROM {p}owners WHERE lease_until >= clock_timestamp()"
         self._select = f"SELECT {COLUMNS} FROM {p}ledger"
+        # record, claim and progress/settle of concurrent callers share one transaction.
+        self._records: Gathered[Obligation, tuple[Obligation, bool]] = Gathered(
+            lambda conn, items: record_many(conn, items, table=self._t, owner=self._owner),
+            self.connection,
+        )
+        self._claims: Gathered[tuple[str, int, float], Obligation | None] = Gathered(
+            lambda conn, items: claim_many(
+                conn, items, table=self._t, owner=self._owner, live=self._live
+            ),
+            self.connection,
+        )
+        self._held: Gathered[HeldItem, Obligation | None] = Gathered(
+            lambda conn, items: held_many(conn, items, table=self._t, owner=self._owner),
+            self.connection,
+        )
 
     @property
     def owner(self) -> str:
@@ -192,31 +208,8 @@ class PostgresLedgerStore:
             return await cursor.fetchone()
 
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
-        created = await self._one(
-            f"INSERT INTO {self._t} (id, profile, platform, channel, thread, reply_to, text, "
-            "chunks, state, owner, created_at, updated_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s) "
-            f"ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
-            (
-                reply.obligation_id,
-                reply.profile,
-                reply.platform,
-                reply.channel,
-                reply.thread,
-                reply.reply_to,
-                reply.text,
-                encode_chunks(reply.text, reply.chunks),
-                self._owner,
-                now,
-                now,
-            ),
-        )
-        if created is not None:
-            return to_obligation(created), True
-        existing = await self.get(reply.obligation_id)
-        if existing is None:  # recorded and purged between the two statements
-            return await self.record(reply, now=now)
-        return existing, False
+        # The new row is built here rather than read back.
+        return await self._records.call(new_row(reply, owner=self._owner, now=now))
 
     async def get(self, obligation_id: str) -> Obligation | None:
         found = await self._one(f"{self._select} WHERE id = %s", (obligation_id,))
@@ -236,17 +229,7 @@ class PostgresLedgerStore:
             return [to_obligation(row) for row in await cursor.fetchall()]
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
-        found = await self._one(
-            f"UPDATE {self._t} SET state = 'attempting', owner = %s, fence = fence + 1, "
-            "attempts = attempts + 1, "
-            "resends = resends + CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
-            "penalty = FALSE, next_attempt_at = NULL, updated_at = %s "
-            "WHERE id = %s AND fence = %s AND state IN ('pending', 'attempting', 'failed') "
-            f"AND (owner IS NULL OR owner = %s OR owner NOT IN ({self._live})) "
-            f"RETURNING {COLUMNS}",
-            (self._owner, now, obligation_id, fence, self._owner),
-        )
-        return None if found is None else to_obligation(found)
+        return await self._claims.call((obligation_id, fence, now))
 
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str
@@ -260,25 +243,11 @@ class PostgresLedgerStore:
         )
         return None if found is None else to_obligation(found)
 
-    async def _held(
-        self, sql_set: str, params: tuple[Any, ...], obligation_id: str, fence: int
-    ) -> Obligation | None:
-        found = await self._one(
-            f"UPDATE {self._t} SET {sql_set} "
-            "WHERE id = %s AND fence = %s AND owner = %s AND state = 'attempting' "
-            f"RETURNING {COLUMNS}",
-            (*params, obligation_id, fence, self._owner),
-        )
-        return None if found is None else to_obligation(found)
-
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
     ) -> Obligation | None:
-        return await self._held(
-            "updated_at = %s, delivered = delivered || %s::jsonb",
-            (now, encode_refs([ref])),
-            obligation_id,
-            fence,
+        return await self._held.call(
+            (obligation_id, fence, now, None, None, False, None, encode_refs([ref]))
         )
 
     async def settle(
@@ -293,19 +262,17 @@ class PostgresLedgerStore:
         last_error: str | None = None,
         ref: MessageRef | None = None,
     ) -> Obligation | None:
-        return await self._held(
-            "updated_at = %s, state = %s, next_attempt_at = %s, penalty = %s, "
-            "last_error = COALESCE(%s, last_error), delivered = delivered || %s::jsonb",
+        return await self._held.call(
             (
+                obligation_id,
+                fence,
                 now,
                 state.value,
                 next_attempt_at,
                 penalty,
                 last_error,
                 encode_refs([] if ref is None else [ref]),
-            ),
-            obligation_id,
-            fence,
+            )
         )
 
     async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:

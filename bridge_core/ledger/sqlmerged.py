@@ -20,6 +20,7 @@ from bridge_core.ledger.model import Obligation
 from bridge_core.ledger.rows import COLUMNS, encode_chunks, to_obligation
 
 __all__ = [
+    "rounds",
     "ClaimItem",
     "ClaimResult",
     "HeldItem",
@@ -41,7 +42,7 @@ _RETURNING_APPENDED = (
 _RETURNING = "RETURNING " + ", ".join(f"ledger.{name.strip()}" for name in COLUMNS.split(","))
 
 
-def _rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[int, T]]]:
+def rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[int, T]]]:
     """``(index, item)`` in statements of at most ``_CHUNK`` items, each id once per statement
     (a repeated id waits for a later statement)."""
     pending = list(enumerate(items))
@@ -76,7 +77,7 @@ class MergedRecords:
         self, conn: sqlite3.Connection, items: Sequence[Obligation]
     ) -> list[tuple[Obligation, bool]]:
         results: list[tuple[Obligation, bool] | None] = [None] * len(items)
-        for chunk in _rounds(items, lambda fresh: fresh.id):
+        for chunk in rounds(items, lambda fresh: fresh.id):
             params: list[Any] = []
             for _, fresh in chunk:
                 params += (
@@ -172,7 +173,7 @@ class MergedClaims:
 
     def run_many(self, conn: sqlite3.Connection, items: Sequence[ClaimItem]) -> list[ClaimResult]:
         results: list[ClaimResult] = [None] * len(items)
-        for chunk in _rounds(items, lambda item: item[0]):
+        for chunk in rounds(items, lambda item: item[0]):
             for part, full in zip(_split(chunk, lambda item: item[3]), (False, True), strict=True):
                 if not part:
                     continue
@@ -214,7 +215,7 @@ class MergedHeldUpdates:
 
     def run_many(self, conn: sqlite3.Connection, items: Sequence[HeldItem]) -> list[HeldResult]:
         results: list[HeldResult] = [None] * len(items)
-        for chunk in _rounds(items, lambda item: item[0]):
+        for chunk in rounds(items, lambda item: item[0]):
             for part, full in zip(_split(chunk, lambda item: item[11]), (False, True), strict=True):
                 if not part:
                     continue

@@ -1,0 +1,235 @@
+"""The PostgreSQL ledger's hot statements, gathered from concurrent callers into one transaction.
+
+``Gathered`` collects the items callers queue within one event loop iteration; the first caller
+of the iteration runs them all as a few multi-row statements in one transaction on one pooled
+connection (one commit, one WAL flush, instead of one per statement), while the other callers
+wait for their results. The statements keep the single-row conditions row by row: a claim is a
+compare-and-swap on the fence read, re-checking the owner's lease with the database's clock;
+held updates need this owner, the fence and ``attempting``. An id twice in one gathering goes
+in a later statement of the same transaction. When a gathering fails, each item runs again in
+a transaction of its own, so one bad item fails alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.lowlevel
+import psycopg
+
+from bridge_core.ledger.model import Obligation
+from bridge_core.ledger.rows import COLUMNS, encode_chunks, to_obligation
+from bridge_core.ledger.sqlmerged import rounds
+
+__all__ = ["Gathered", "claim_many", "held_many", "record_many"]
+
+I = TypeVar("I")  # noqa: E741
+R = TypeVar("R")
+
+Connection = psycopg.AsyncConnection[Any]
+RunMany = Callable[[Connection, list[I]], Awaitable[list[R]]]
+
+
+class _Slot(Generic[R]):
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: R | None = None
+        self.error: BaseException | None = None
+
+
+class Gathered(Generic[I, R]):
+    """One kind of statement, run for everything queued in one loop iteration at once."""
+
+    def __init__(
+        self,
+        run_many: RunMany[I, R],
+        connection: Callable[[], AbstractAsyncContextManager[Connection]],
+    ) -> None:
+        self._run_many = run_many
+        self._connection = connection
+        self._queued: list[tuple[I, _Slot[R]]] = []
+
+    async def call(self, item: I) -> R:
+        slot: _Slot[R] = _Slot()
+        self._queued.append((item, slot))
+        if len(self._queued) == 1:
+            # This caller leads: once the tasks resumed in this iteration have queued theirs,
+            # it runs them all. Shielded, so the others are never left waiting on a cancelled
+            # leader; the statements are short.
+            with anyio.CancelScope(shield=True):
+                await anyio.lowlevel.checkpoint()
+                batch, self._queued = self._queued, []
+                await self._run(batch)
+        await slot.done.wait()
+        if slot.error is not None:
+            raise slot.error
+        return slot.result  # type: ignore[return-value]
+
+    async def _run(self, batch: list[tuple[I, _Slot[R]]]) -> None:
+        try:
+            try:
+                results = await self._transaction([item for item, _ in batch])
+                for (_, slot), result in zip(batch, results, strict=True):
+                    slot.result = result
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                for item, slot in batch:  # find the item that fails; the others still run
+                    try:
+                        slot.result = (await self._transaction([item]))[0]
+                    except Exception as error:
+                        slot.error = error
+        except Exception as error:
+            for _, slot in batch:
+                slot.error = error
+        finally:
+            for _, slot in batch:
+                slot.done.set()
+
+    async def _transaction(self, items: list[I]) -> list[R]:
+        async with self._connection() as conn, conn.transaction():
+            return await self._run_many(conn, items)
+
+
+async def _rows(conn: Connection, sql: str, params: Sequence[Any]) -> AsyncIterator[Any]:
+    cursor = await conn.execute(sql, params)
+    for row in await cursor.fetchall():
+        yield row
+
+
+def _values(rows: int, width: int, casts: Sequence[str]) -> str:
+    row = "(" + ", ".join(f"%s::{cast}" for cast in casts[:width]) + ")"
+    return ", ".join([row] * rows)
+
+
+async def record_many(
+    conn: Connection, items: list[Obligation], *, table: str, owner: str
+) -> list[tuple[Obligation, bool]]:
+    """``INSERT … ON CONFLICT (id) DO NOTHING RETURNING id`` for many new rows; the rows of ids
+    that existed are read back as they are."""
+    results: list[tuple[Obligation, bool] | None] = [None] * len(items)
+    casts = ("text",) * 8 + ("text", "float8", "float8")
+    for chunk in rounds(items, lambda fresh: fresh.id):
+        while chunk:  # again for ids recorded and purged by others between the two statements
+            params: list[Any] = []
+            for _, fresh in chunk:
+                params += (
+                    fresh.id,
+                    fresh.profile,
+                    fresh.platform,
+                    fresh.channel,
+                    fresh.thread,
+                    fresh.reply_to,
+                    fresh.text,
+                    encode_chunks(fresh.text, fresh.chunks),
+                    owner,
+                    fresh.created_at,
+                    fresh.updated_at,
+                )
+            created = {
+                row[0]
+                async for row in _rows(
+                    conn,
+                    f"INSERT INTO {table} (id, profile, platform, channel, thread, reply_to, "
+                    "text, chunks, owner, created_at, updated_at, state) "
+                    f"SELECT *, 'pending' FROM (VALUES {_values(len(chunk), 11, casts)}) AS c "
+                    "ON CONFLICT (id) DO NOTHING RETURNING id",
+                    params,
+                )
+            }
+            existing = [fresh.id for _, fresh in chunk if fresh.id not in created]
+            found: dict[str, Obligation] = {}
+            if existing:
+                found = {
+                    row[0]: to_obligation(row)
+                    async for row in _rows(
+                        conn, f"SELECT {COLUMNS} FROM {table} WHERE id = ANY(%s)", (existing,)
+                    )
+                }
+            for index, fresh in chunk:
+                if fresh.id in created:
+                    results[index] = (fresh, True)
+                elif fresh.id in found:
+                    results[index] = (found[fresh.id], False)
+            chunk = [(index, fresh) for index, fresh in chunk if results[index] is None]
+    return [result for result in results if result is not None]
+
+
+async def claim_many(
+    conn: Connection, items: list[tuple[str, int, float]], *, table: str, owner: str, live: str
+) -> list[Obligation | None]:
+    """The claim's compare-and-swap for many rows: one ``UPDATE … FROM (VALUES …)``."""
+    results: list[Obligation | None] = [None] * len(items)
+    returning = ", ".join(f"{table}.{name.strip()}" for name in COLUMNS.split(","))
+    for chunk in rounds(items, lambda item: item[0]):
+        params: list[Any] = [owner]
+        for _, item in chunk:
+            params += item
+        params.append(owner)
+        claimed = {
+            row[0]: row
+            async for row in _rows(
+                conn,
+                f"UPDATE {table} SET state = 'attempting', owner = %s, fence = {table}.fence + 1, "
+                f"attempts = {table}.attempts + 1, resends = {table}.resends + CASE WHEN "
+                f"{table}.attempts > 0 AND NOT {table}.penalty THEN 1 ELSE 0 END, "
+                "penalty = FALSE, next_attempt_at = NULL, updated_at = c.now "
+                f"FROM (VALUES {_values(len(chunk), 3, ('text', 'int8', 'float8'))}) "
+                "AS c (id, fence, now) "
+                f"WHERE {table}.id = c.id AND {table}.fence = c.fence "
+                f"AND {table}.state IN ('pending', 'attempting', 'failed') "
+                f"AND ({table}.owner IS NULL OR {table}.owner = %s "
+                f"OR {table}.owner NOT IN ({live})) RETURNING {returning}",
+                params,
+            )
+        }
+        for index, (obligation_id, _fence, _now) in chunk:
+            row = claimed.get(obligation_id)
+            results[index] = None if row is None else to_obligation(row)
+    return results
+
+
+HeldItem = tuple[str, int, float, str | None, float | None, bool, str | None, str]
+"""id, fence, now, new state (``None``: stays attempting), next_attempt_at, penalty, last_error,
+refs to append as a JSON array (``'[]'``: none)."""
+
+
+async def held_many(
+    conn: Connection, items: list[HeldItem], *, table: str, owner: str
+) -> list[Obligation | None]:
+    """``progress`` and ``settle`` for many rows, conditioned on owner, fence, ``attempting``."""
+    results: list[Obligation | None] = [None] * len(items)
+    returning = ", ".join(f"{table}.{name.strip()}" for name in COLUMNS.split(","))
+    casts = ("text", "int8", "float8", "text", "float8", "bool", "text", "jsonb")
+    for chunk in rounds(items, lambda item: item[0]):
+        params: list[Any] = []
+        for _, item in chunk:
+            params += item
+        params.append(owner)
+        changed = {
+            row[0]: row
+            async for row in _rows(
+                conn,
+                f"UPDATE {table} SET updated_at = c.now, "
+                f"state = COALESCE(c.state, {table}.state), "
+                f"next_attempt_at = CASE WHEN c.state IS NULL THEN {table}.next_attempt_at "
+                "ELSE c.next END, "
+                f"penalty = CASE WHEN c.state IS NULL THEN {table}.penalty ELSE c.penalty END, "
+                f"last_error = COALESCE(c.error, {table}.last_error), "
+                f"delivered = {table}.delivered || c.refs "
+                f"FROM (VALUES {_values(len(chunk), 8, casts)}) "
+                "AS c (id, fence, now, state, next, penalty, error, refs) "
+                f"WHERE {table}.id = c.id AND {table}.fence = c.fence AND {table}.owner = %s "
+                f"AND {table}.state = 'attempting' RETURNING {returning}",
+                params,
+            )
+        }
+        for index, item in chunk:
+            row = changed.get(item[0])
+            results[index] = None if row is None else to_obligation(row)
+    return results
