@@ -6,7 +6,8 @@ Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it an
   claim, settle: three statements a reply) with many replies in flight, a no-op platform;
 - the floor: a bare loop of the same three statements with the same durability and the same
   batching (SQLite: one thread, a commit every as many statements as the ledger's writer put in
-  one group commit on average; PostgreSQL: as many autocommit connections as the store uses);
+  one group commit on average, once as single-row statements and once as the ledger's own
+  multi-row statements; PostgreSQL: as many autocommit connections as the store uses);
 - a boot sweep over ``--sweep-rows`` rows a dead process left pending.
 """
 
@@ -23,7 +24,9 @@ from typing import Any
 import anyio
 
 from bridge_core.ledger import Delivery, DeliveryLedger, Reply, open_store
+from bridge_core.ledger.rows import new_row
 from bridge_core.ledger.sqlite import SCHEMA, SQLiteLedgerStore, configure_connection
+from bridge_core.ledger.sqlmerged import MergedClaims, MergedHeldUpdates, MergedRecords
 from bridge_core.provider import MessageRef
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -96,6 +99,43 @@ def sqlite_floor(path: Path, *, replies: int, per_commit: int) -> float:
     return replies / elapsed
 
 
+def sqlite_floor_merged(path: Path, *, replies: int, per_commit: int) -> float:
+    """The ledger's own multi-row statements (``sqlmerged``), one thread, no event loop: each
+    commit records, claims and settles ``per_commit // 3`` replies (every reply's three
+    statement rows in one commit, so this floor pays fewer commits than the ledger can)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    configure_connection(conn)
+    conn.executescript(SCHEMA)
+    conn.create_function("owner_alive", 1, lambda owner: False)
+    records, claims, held = (
+        MergedRecords("me"),
+        MergedClaims("me", lambda: None),
+        MergedHeldUpdates("me"),
+    )
+    group = max(1, per_commit // 3)
+    started = time.perf_counter()
+    for first in range(0, replies, group):
+        now = time.time()
+        fresh = [
+            new_row(_reply(index, "floor"), owner="me", now=now)
+            for index in range(first, min(replies, first + group))
+        ]
+        conn.execute("BEGIN IMMEDIATE")
+        records.run_many(conn, fresh)
+        claims.run_many(conn, [(row.id, 0, now, True) for row in fresh])
+        held.run_many(
+            conn,
+            [
+                (row.id, 1, now, "delivered", None, 0, None, "C1", "1", None, 1, True)
+                for row in fresh
+            ],
+        )
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return replies / elapsed
+
+
 def seed_sqlite(path: Path, rows: int) -> None:
     """``rows`` pending rows left by a process that no longer runs."""
     conn = sqlite3.connect(path, isolation_level=None)
@@ -128,14 +168,19 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
     per_commit = max(1, round(store.writer.calls / max(1, store.writer.batches)))
     await store.aclose()
     floor = sqlite_floor(folder / "floor.db", replies=replies, per_commit=per_commit)
+    merged = sqlite_floor_merged(folder / "merged.db", replies=replies, per_commit=per_commit)
     floor_one = sqlite_floor(folder / "floor1.db", replies=min(replies, 2000), per_commit=3)
     print(
         f"SQLite  submit (record+claim+delivered): {rate:10,.0f} replies/s "
         f"({in_flight} in flight, {per_commit} statements per group commit on average)"
     )
     print(
-        f"SQLite  floor, same statements, same batching:{floor:10,.0f} replies/s  "
+        f"SQLite  floor, single-row statements, same batching:{floor:10,.0f} replies/s  "
         f"ratio {rate / floor:.2f}"
+    )
+    print(
+        f"SQLite  floor, the ledger's multi-row statements:   {merged:10,.0f} replies/s  "
+        f"ratio {rate / merged:.2f}"
     )
     print(
         f"SQLite  bare loop, one commit per reply:     {floor_one:10,.0f} replies/s  "
