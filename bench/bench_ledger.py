@@ -122,11 +122,11 @@ def sqlite_floor_merged(path: Path, *, replies: int, per_commit: int) -> float:
         ]
         conn.execute("BEGIN IMMEDIATE")
         records.run_many(conn, fresh)
-        claims.run_many(conn, [(row.id, 0, now, True) for row in fresh])
+        claims.run_many(conn, [(row.id, 0, now, row.created_at) for row in fresh])
         held.run_many(
             conn,
             [
-                (row.id, 1, now, "delivered", None, 0, None, "C1", "1", None, 1, True)
+                (row.id, 1, now, "delivered", None, 0, None, "C1", "1", None, 1, row.created_at)
                 for row in fresh
             ],
         )

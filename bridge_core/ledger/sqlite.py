@@ -254,7 +254,7 @@ class SQLiteLedgerStore:
         if known is not None and known.state not in _CLAIMABLE_UNHELD:
             known = None
         result = await self.writer.call_merged(
-            self._claims, (obligation_id, fence, now, known is not None)
+            self._claims, (obligation_id, fence, now, None if known is None else known.created_at)
         )
         if result is None or result is False:
             return None
@@ -330,7 +330,7 @@ class SQLiteLedgerStore:
                 "" if ref is None else ref.message_id,
                 None if ref is None else ref.thread,
                 int(ref is not None),
-                known is not None,
+                None if known is None else known.created_at,
             ),
         )
         if result is None:

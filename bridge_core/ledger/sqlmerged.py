@@ -121,18 +121,30 @@ class MergedRecords:
         return [result for result in results if result is not None]
 
 
-ClaimItem = tuple[str, int, float, bool]
-"""id, fence, now, whether the caller knows the row (then only the id comes back)."""
+ClaimItem = tuple[str, int, float, float | None]
+"""id, fence, now, and the row's ``created_at`` when the caller knows the row (then only the id
+comes back; ``created_at`` tells the row from an older life of its id at the same fence)."""
 
 ClaimResult = Obligation | bool | None
 """The row after the claim (unknown rows), ``True`` (a known row was claimed), ``None``."""
 
 HeldItem = tuple[
-    str, int, float, str | None, float | None, int, str | None, str, str, str | None, int, bool
+    str,
+    int,
+    float,
+    str | None,
+    float | None,
+    int,
+    str | None,
+    str,
+    str,
+    str | None,
+    int,
+    float | None,
 ]
 """id, fence, now, new state (``None``: stays attempting), next_attempt_at, penalty,
 last_error, the delivered ref's channel, message id and thread, whether there is a ref (1/0),
-whether the caller knows the row."""
+the row's ``created_at`` when the caller knows the row."""
 
 HeldResult = Obligation | tuple[str | None, int, str] | None
 """The row after the change (unknown rows), ``(last_error, how many refs, delivered as JSON)``
@@ -174,13 +186,15 @@ class MergedClaims:
     def run_many(self, conn: sqlite3.Connection, items: Sequence[ClaimItem]) -> list[ClaimResult]:
         results: list[ClaimResult] = [None] * len(items)
         for chunk in rounds(items, lambda item: item[0]):
-            for part, full in zip(_split(chunk, lambda item: item[3]), (False, True), strict=True):
+            for part, full in zip(
+                _split(chunk, lambda item: item[3] is not None), (False, True), strict=True
+            ):
                 if not part:
                     continue
                 self._forget_live()
                 params: list[Any] = [self.owner]
                 for _, item in part:
-                    params += item[:3]
+                    params += item[:3] if full else item
                 params.append(self.owner)
                 claimed = {
                     row[0]: row
@@ -189,8 +203,9 @@ class MergedClaims:
                         "attempts = attempts + 1, resends = resends + "
                         "CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
                         "penalty = 0, next_attempt_at = NULL, updated_at = c.column3 "
-                        f"FROM (VALUES {_values(len(part), 3)}) AS c "
+                        f"FROM (VALUES {_values(len(part), 3 if full else 4)}) AS c "
                         "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                        f"{'' if full else 'AND ledger.created_at = c.column4 '}"
                         f"AND ledger.state IN {_OPEN} AND (ledger.owner IS NULL "
                         "OR ledger.owner = ? OR NOT owner_alive(ledger.owner)) "
                         f"{_RETURNING if full else 'RETURNING ledger.id'}",
@@ -216,19 +231,22 @@ class MergedHeldUpdates:
     def run_many(self, conn: sqlite3.Connection, items: Sequence[HeldItem]) -> list[HeldResult]:
         results: list[HeldResult] = [None] * len(items)
         for chunk in rounds(items, lambda item: item[0]):
-            for part, full in zip(_split(chunk, lambda item: item[11]), (False, True), strict=True):
+            for part, full in zip(
+                _split(chunk, lambda item: item[11] is not None), (False, True), strict=True
+            ):
                 if not part:
                     continue
                 params: list[Any] = []
                 for _, item in part:
-                    params += item[:11]
+                    params += item[:11] if full else item
                 params.append(self.owner)
                 returning = _RETURNING if full else _RETURNING_APPENDED
                 changed = {
                     row[0]: row
                     for row in conn.execute(
-                        f"{_HELD_SET} FROM (VALUES {_values(len(part), 11)}) AS c "
-                        "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                        f"{_HELD_SET} FROM (VALUES {_values(len(part), 11 if full else 12)}) "
+                        "AS c WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                        f"{'' if full else 'AND ledger.created_at = c.column12 '}"
                         f"AND ledger.owner = ? AND ledger.state = 'attempting' {returning}",
                         params,
                     )
