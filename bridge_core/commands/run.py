@@ -96,7 +96,7 @@ def command(
         ]
         if readers:
             raise click.ClickException(
-                f"--events - and profile {readers[0]!r} (inbound = \"-\") would both read "
+                f'--events - and profile {readers[0]!r} (inbound = "-") would both read '
                 "standard input; give one of them a file instead"
             )
     configure_logging(
