@@ -210,7 +210,7 @@ class SQLiteLedgerStore:
         # The new row is built here rather than read back: the writer thread does less.
         fresh = new_row(reply, owner=self._owner, now=now)
         row, created = await self.writer.call_merged(self._records, fresh)
-        if created or row.state is not State.ATTEMPTING:
+        if row.state in _CLAIMABLE_UNHELD:  # a new row is pending
             self._remember(row)
         return row, created
 
