@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 
 from bridge_core.ledger.model import Deliver, Delivery, Obligation, Reply, State
+from bridge_core.ledger.rows import new_row
 from bridge_core.ledger.schedule import (
     Abandon,
     Schedule,
@@ -370,26 +371,7 @@ class DisabledLedger:
         self._clock = clock
 
     async def record(self, reply: Reply) -> Obligation:
-        now = self._clock()
-        return Obligation(
-            id=reply.obligation_id,
-            profile=reply.profile,
-            platform=reply.platform,
-            channel=reply.channel,
-            thread=reply.thread,
-            reply_to=reply.reply_to,
-            text=reply.text,
-            chunks=reply.chunks,
-            state=State.PENDING,
-            attempts=0,
-            resends=0,
-            fence=0,
-            owner=None,
-            created_at=now,
-            updated_at=now,
-            next_attempt_at=None,
-            last_error=None,
-        )
+        return new_row(reply, owner=None, now=self._clock())
 
     async def submit(self, reply: Reply) -> Obligation:
         return await self.deliver_now(await self.record(reply))
