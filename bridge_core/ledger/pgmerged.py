@@ -21,7 +21,7 @@ import anyio.lowlevel
 import psycopg
 
 from bridge_core.ledger.model import Obligation
-from bridge_core.ledger.rows import COLUMNS, encode_chunks, to_obligation
+from bridge_core.ledger.rows import COLUMNS, insert_params, to_obligation
 from bridge_core.ledger.sqlmerged import rounds
 
 __all__ = ["Gathered", "claim_many", "held_many", "record_many"]
@@ -118,19 +118,7 @@ async def record_many(
         while chunk:  # again for ids recorded and purged by others between the two statements
             params: list[Any] = []
             for _, fresh in chunk:
-                params += (
-                    fresh.id,
-                    fresh.profile,
-                    fresh.platform,
-                    fresh.channel,
-                    fresh.thread,
-                    fresh.reply_to,
-                    fresh.text,
-                    encode_chunks(fresh.text, fresh.chunks),
-                    owner,
-                    fresh.created_at,
-                    fresh.updated_at,
-                )
+                params += insert_params(fresh, owner=owner)
             created = {
                 row[0]
                 async for row in _rows(

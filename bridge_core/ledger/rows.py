@@ -193,6 +193,24 @@ def filters_sql(
     return ((" WHERE " + " AND ".join(clauses)) if clauses else ""), params
 
 
+def insert_params(row: Obligation, *, owner: str | None) -> tuple[Any, ...]:
+    """The values of a new row, in the column order of the ledger's ``INSERT`` (``id``, profile,
+    platform, channel, thread, reply_to, text, chunks, owner, created_at, updated_at)."""
+    return (
+        row.id,
+        row.profile,
+        row.platform,
+        row.channel,
+        row.thread,
+        row.reply_to,
+        row.text,
+        encode_chunks(row.text, row.chunks),
+        owner,
+        row.created_at,
+        row.updated_at,
+    )
+
+
 def new_row(reply: Reply, *, owner: str | None, now: float) -> Obligation:
     """The row ``record`` creates for ``reply``."""
     return Obligation(

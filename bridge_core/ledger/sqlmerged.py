@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from bridge_core.ledger.model import Obligation
-from bridge_core.ledger.rows import COLUMNS, encode_chunks, to_obligation
+from bridge_core.ledger.rows import COLUMNS, insert_params, to_obligation
 
 __all__ = [
     "rounds",
@@ -80,19 +80,7 @@ class MergedRecords:
         for chunk in rounds(items, lambda fresh: fresh.id):
             params: list[Any] = []
             for _, fresh in chunk:
-                params += (
-                    fresh.id,
-                    fresh.profile,
-                    fresh.platform,
-                    fresh.channel,
-                    fresh.thread,
-                    fresh.reply_to,
-                    fresh.text,
-                    encode_chunks(fresh.text, fresh.chunks),
-                    self.owner,
-                    fresh.created_at,
-                    fresh.updated_at,
-                )
+                params += insert_params(fresh, owner=self.owner)
             created = {
                 found[0]
                 for found in conn.execute(
