@@ -3,12 +3,16 @@
 ``Gateway(config).run()`` (or ``async with Gateway(config) as gw``) builds a provider per bot
 profile, a ``ChannelSender`` per channel, the delivery ledger (its boot sweep runs before anything
 is served), per channel the notifier and an agent group member handing owned turns to the
-configured agent, and the HTTP API; then serves until ``stop()``.
+configured agent, and the HTTP API; then serves until ``stop()``. How each part is built from the
+config is in ``builders``; this module starts, connects and stops them.
 
 Shutdown (``stop()``, which the CLI calls on SIGTERM/SIGINT): new work is refused (the API answers
 503), inbound and event sources stop, members finish their in-flight turns and leave, and the
 senders get until the grace period ends to finish what they are sending; whatever is left stays in
 the ledger for the next start. ``run()`` then returns normally.
+
+``GatewayOptions``, ``GatewayError`` and ``check_bind`` are defined in ``options`` and exported
+here too, beside the ``Gateway`` that takes and raises them.
 
 Exception hierarchy::
 
@@ -18,7 +22,6 @@ Exception hierarchy::
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 import os
 import socket
@@ -27,41 +30,40 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
-from aiohttp import web
 from anyio.abc import TaskGroup, TaskStatus
 
-from bridge_core.config import BridgeConfig, ProfileConfig
+from bridge_core.config import BridgeConfig
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
-from bridge_core.hookspecs import ProviderContext
-from bridge_core.inbound import DEFAULT_INITIAL_BACKOFF, ReconnectWatcher
-from bridge_core.ledger import (
-    Delivery,
-    DeliveryLedger,
-    DisabledLedger,
-    LedgerStore,
-    Reply,
-    Schedule,
-    State,
-    open_store,
-)
-from bridge_core.ledger.kv import MemoryKeyValueStore, key_value_store
-from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.ownership import AgentGroupMember, open_conversation_log
+from bridge_core.inbound import ReconnectWatcher
+from bridge_core.ledger import Delivery, DeliveryLedger, DisabledLedger, LedgerStore, Reply, State
+from bridge_core.ledger.kv import MemoryKeyValueStore
+from bridge_core.notify import Notifier
 from bridge_core.provider import (
-    UNLIMITED_BUDGET,
     ChatProvider,
     InboundMessage,
     KeyValueStore,
     MessageRef,
     Unreachable,
 )
-from bridge_core.runtime.agents import Agent, load_agent
+from bridge_core.runtime.agents import Agent
+from bridge_core.runtime.builders import (
+    ScaleOut,
+    agent_for,
+    channel_runtime,
+    conversation_log_target,
+    join_agent_group,
+    make_provider,
+    notifier_for,
+    open_ledger,
+    open_scale_out,
+    platform_of,
+    provider_key_values,
+    serve_http_api,
+)
 from bridge_core.runtime.channel import ChannelRuntime, split_reply
 from bridge_core.runtime.http_api import (
     ApiError,
@@ -69,90 +71,19 @@ from bridge_core.runtime.http_api import (
     MessageReceipt,
     MessageRequest,
     ShuttingDown,
-    build_app,
 )
 from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
-from bridge_core.runtime.placement import (
-    GATEWAYS_GROUP,
-    FleetBus,
-    NotifierPlacement,
-    wait_until,
-)
-from bridge_core.runtime.shared_budget import SharedBudgets
-from bridge_core.sending import ChannelSender, Post, Priority
+from bridge_core.runtime.options import GatewayError, GatewayOptions, check_bind
+from bridge_core.runtime.placement import FleetBus, NotifierPlacement, wait_until
+from bridge_core.sending import Post, Priority
 
 __all__ = ["Gateway", "GatewayError", "GatewayOptions", "check_bind"]
 
 log = logging.getLogger("bridge_core.runtime")
 
 
-class GatewayError(Exception):
-    """The gateway cannot start as configured."""
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a bearer token."""
-    if token or _is_loopback(host):
-        return
-    raise GatewayError(
-        f"refusing to listen on {host!r} without an API token: anyone who can reach this address "
-        "could post events and messages to your channels. Set a token in the config "
-        '([api] token = { env = "CHATBRIDGE_API_TOKEN" }) or listen on 127.0.0.1 only'
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayOptions:
-    """How to run (the config says what to serve). ``None`` means the config's value."""
-
-    host: str | None = None
-    port: int | None = None
-    http: bool = True
-    grace: float = 10.0
-    gateway_id: str | None = None
-    settle: float = 1.0
-    heartbeat: float = 1.0
-    expiry: float | None = None
-    lookback: float = 3600.0
-    ledger_schedule: Schedule | None = None
-    key_prefix: str = "bridge"
-    default_agent: str | None = None  # for channels without an ``agent`` of their own
-    public_url: str | None = None  # how platforms reach this gateway (handed to providers)
-    ledger_lease: float | None = None  # PostgreSQL owner lease (tests, unusual deployments)
-    ledger_table_prefix: str = "bridge_"
-    ledger_owner: str | None = None  # this process's owner id in the ledger (tests)
-    reconnect_backoff: float = DEFAULT_INITIAL_BACKOFF  # first wait before rebuilding inbound
-
-
 def _idle_check(notifier: Notifier) -> Callable[[], bool]:
     return lambda: notifier.idle
-
-
-def _notifier_for(channel: ChannelRuntime) -> Notifier:
-    config = channel.config
-    return Notifier(
-        config.channel_id,
-        channel.sender,
-        capabilities=channel.provider.capabilities,
-        config=NotifyConfig.build(
-            hold=config.notify.hold,
-            threshold=config.notify.threshold,
-            window=config.notify.window,
-            kinds=config.kinds,
-            workspaces=config.workspaces,
-        ),
-        escape=channel.provider.escape,
-        thread=config.thread,
-    )
 
 
 class Gateway:
@@ -282,132 +213,59 @@ class Gateway:
     async def _build(self, stack: AsyncExitStack) -> None:
         config = self.config
         stores = config.stores
-        if stores.delivery_ledger:
-            if stores.ledger_url is not None and self.options.ledger_lease is not None:
-                from bridge_core.ledger.postgres import PostgresLedgerStore
-
-                self._store = PostgresLedgerStore(
-                    stores.ledger_url,
-                    lease=self.options.ledger_lease,
-                    table_prefix=self.options.ledger_table_prefix,
-                )
-                await self._store.open()
-            else:
-                where = stores.ledger_url or str(stores.ledger_path)
-                self._store = await open_store(
-                    where,
-                    owner=self.options.ledger_owner,
-                    table_prefix=self.options.ledger_table_prefix,
-                )
-            stack.push_async_callback(self._store.aclose)
-            self._ledger = DeliveryLedger(
-                self._store,
-                deliver=self._deliver,
-                profiles=set(config.profiles) or {"-"},
-                connected=lambda platform: platform in self._connected_platforms(),
-                schedule=self.options.ledger_schedule,
-            )
-        else:
-            self._ledger = DisabledLedger(deliver=self._deliver)
-        # providers' key-value store lives beside the ledger (in memory without one)
-        self._kv = (
-            key_value_store(self._store) if self._store is not None else MemoryKeyValueStore()
+        self._store, self._ledger = await open_ledger(
+            stack,
+            stores,
+            options=self.options,
+            deliver=self._deliver,
+            profiles=config.profiles,
+            connected=lambda platform: platform in self._connected_platforms(),
         )
+        self._kv = provider_key_values(self._store)
         for name, profile in config.profiles.items():
             if name not in self.providers:
-                self.providers[name] = self._make_provider(name, profile, self._kv)
+                self.providers[name] = make_provider(
+                    name, profile, kv=self._kv, public_url=self.public_url
+                )
                 # the current instance (a reconnect replaces it) is closed at the end
                 stack.push_async_callback(self._close_provider, name)
             self._connected.add(name)
-        log_target = self._log_target()
-        budgets: SharedBudgets | None = None  # gateways sharing Redis share each channel's budget
+        log_target = conversation_log_target(config)
+        scale_out: ScaleOut | None = None  # with Redis, gateways share budgets and notifiers
         if stores.membership_url is not None:
-            budgets = SharedBudgets.connect(stores.membership_url, prefix=self.options.key_prefix)
-            stack.push_async_callback(budgets.aclose)
-            self._bus = FleetBus.connect(stores.membership_url, prefix=self.options.key_prefix)
-            stack.push_async_callback(self._bus.aclose)
-            gateways_log = await open_conversation_log(
-                stores.membership_url, channel=GATEWAYS_GROUP, key_prefix=self.options.key_prefix
+            scale_out = await open_scale_out(
+                stack, stores.membership_url, options=self.options, gateway_id=self.gateway_id
             )
-            stack.push_async_callback(gateways_log.aclose)
-            self._placement = NotifierPlacement(
-                gateways_log,
-                gateway_id=self.gateway_id,
-                settle=self.options.settle,
-                heartbeat=self.options.heartbeat,
-                expiry=self.options.expiry,
-            )
+            self._bus, self._placement = scale_out.bus, scale_out.placement
         for name, channel_config in config.channels.items():
-            profile = config.profiles[channel_config.profile]
-            provider = self.providers[channel_config.profile]
-            platform = profile.provider_type.name if profile.provider_type else profile.provider
-            budget = profile.send_budget or UNLIMITED_BUDGET
-            shared = f"{channel_config.profile}/{channel_config.channel_id}"
-            sender = ChannelSender(
-                provider,
-                channel=channel_config.channel_id,
-                budget=budget,
-                thread=channel_config.thread,
-                gate=budgets.gate(shared, budget) if budgets is not None else None,
-            )
-            runtime = ChannelRuntime(
-                name=name,
-                config=channel_config,
-                profile=channel_config.profile,
-                platform=platform,
-                provider=provider,
-                sender=sender,
+            runtime = channel_runtime(
+                name,
+                channel_config,
+                profile=config.profiles[channel_config.profile],
+                provider=self.providers[channel_config.profile],
+                budgets=scale_out.budgets if scale_out is not None else None,
                 metrics=self.metrics,
                 ledger=self._ledger,
             )
-            if stores.membership_url is None:
-                runtime.notifier = _notifier_for(runtime)
-            agent = self._agent_for(name, channel_config.agent)
+            if scale_out is None:  # else placement decides which gateway runs it (_host)
+                runtime.notifier = notifier_for(runtime)
+            agent = agent_for(
+                name, channel_config.agent, given=self._agents, default=self.options.default_agent
+            )
             if agent is not None:
-                runtime.agent = agent
-                runtime.log = await open_conversation_log(
-                    log_target,
-                    channel=channel_config.channel_id,
-                    key_prefix=self.options.key_prefix,
-                )
-                stack.push_async_callback(runtime.log.aclose)
-                runtime.member = AgentGroupMember(
-                    runtime.log,
-                    member_id=self.gateway_id,
-                    on_turn=runtime.answer,
-                    on_busy=runtime.busy,
-                    settle=self.options.settle,
-                    heartbeat=self.options.heartbeat,
-                    expiry=self.options.expiry,
-                    lookback=self.options.lookback,
-                    drain_timeout=self.options.grace,
+                await join_agent_group(
+                    stack,
+                    runtime,
+                    agent,
+                    log_target=log_target,
+                    options=self.options,
+                    gateway_id=self.gateway_id,
                 )
             self.channels[name] = runtime
             self._by_platform[(channel_config.profile, channel_config.channel_id)] = runtime
 
     async def _close_provider(self, name: str) -> None:
         await self.providers[name].aclose()
-
-    def _make_provider(self, name: str, profile: ProfileConfig, kv: KeyValueStore) -> ChatProvider:
-        if profile.provider_type is None:
-            raise GatewayError(f"profile {name!r}: provider {profile.provider!r} is not resolved")
-        context = ProviderContext(profile=name, kv=kv, public_url=self.public_url)
-        return profile.provider_type.factory(profile.settings, context)
-
-    def _agent_for(self, channel: str, reference: str | None) -> Agent | None:
-        if channel in self._agents:
-            return self._agents[channel]
-        reference = reference or self.options.default_agent
-        return load_agent(reference) if reference else None
-
-    def _log_target(self) -> str:
-        stores = self.config.stores
-        if stores.membership_url is not None:
-            return stores.membership_url
-        if stores.ledger_path is not None:
-            return str(stores.ledger_path)
-        base = self.config.path.parent if self.config.path is not None else Path.cwd()
-        return str(base / "bridge-log.sqlite3")
 
     def _connected_platforms(self) -> set[str]:
         return {c.platform for c in self.channels.values() if c.profile in self._connected}
@@ -427,7 +285,7 @@ class Gateway:
             await wait_until(lambda: stopping() or placement.hosts(channel.name))
             if stopping():
                 return
-            notifier = _notifier_for(channel)
+            notifier = notifier_for(channel)
             log.info("channel %s: its notifier runs on this gateway now", channel.name)
             try:
                 async with anyio.create_task_group() as tg:
@@ -458,7 +316,7 @@ class Gateway:
         """The profile's inbound connection under a ``ReconnectWatcher``: rebuilt after a drop
         (the new instance also takes over sending), then the platform's failed rows resent."""
         config = self.config.profiles[profile]
-        platform = config.provider_type.name if config.provider_type else config.provider
+        platform = platform_of(config)
         first = self.providers[profile]
         built = 0
 
@@ -467,7 +325,7 @@ class Gateway:
             built += 1
             if built == 1 or profile in self._given_providers:
                 return first
-            return self._make_provider(profile, config, self._kv)
+            return make_provider(profile, config, kv=self._kv, public_url=self.public_url)
 
         async def sink(message: InboundMessage) -> None:
             await self._admit(profile, message)
@@ -635,25 +493,15 @@ class Gateway:
             for profile, provider in self.providers.items()
             for route in provider.http_routes(self._profile_sink(profile))
         ]
-        app = build_app(
+        self.url = await serve_http_api(
+            stack,
             self,
+            host=self.host,
+            port=self.port,
             token=self.token,
             max_body=self.config.api.max_body_bytes,
             provider_routes=routes,
         )
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise GatewayError(
-                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}; choose another "
-                "port with [api] port or --port"
-            ) from exc
-        host, port = runner.addresses[0][:2]
-        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
 
     def _profile_sink(self, profile: str) -> Any:
         async def sink(message: InboundMessage) -> None:
