@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 
 __all__ = ["ConfigProblem", "problems_from"]
 
@@ -42,6 +43,9 @@ def problems_from(
         kind = error["type"]
         if kind == "missing":
             message = "is required"
+            purpose = _summary(_field_at(model, loc))
+            if purpose:
+                message += f" ({purpose})"
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
             message = "expected a table"
             if loc[-1:] == ["budget"]:
@@ -77,29 +81,70 @@ def _is_union_branch(part: Any) -> bool:
 
 def _allowed_keys(model: type[BaseModel], loc: Sequence[str]) -> list[str]:
     """The keys the table at ``loc`` accepts, found by walking the model's annotations."""
+    current = _unwrap(_annotation_at(model, loc))
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [name for name, f in current.model_fields.items() if not f.exclude]
+    return []
+
+
+def _field_at(model: type[BaseModel], loc: Sequence[str]) -> FieldInfo | None:
+    """The field a key path ends at, or None when the path leads to no field of a model."""
+    if not loc:
+        return None
+    table = _unwrap(_annotation_at(model, loc[:-1]))
+    if isinstance(table, type) and issubclass(table, BaseModel):
+        return table.model_fields.get(loc[-1])
+    return None
+
+
+def _annotation_at(model: type[BaseModel], loc: Sequence[str]) -> Any:
+    """The annotation of the value at ``loc``: fields by name, tables of tables by any key,
+    lists by index; None when the path leaves the models."""
     current: Any = model
     for part in loc:
         current = _unwrap(current)
         if isinstance(current, type) and issubclass(current, BaseModel):
             field = current.model_fields.get(part)
             if field is None:
-                return []
+                return None
             current = field.annotation
         elif typing.get_origin(current) is dict:
             current = typing.get_args(current)[1]
+        elif typing.get_origin(current) is list and part.isdigit():
+            current = typing.get_args(current)[0]
         else:
-            return []
-    current = _unwrap(current)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [name for name, f in current.model_fields.items() if not f.exclude]
-    return []
+            return None
+    return current
+
+
+# A code span, or the end of a description's first clause (a full stop, semicolon or colon
+# before a space): the first match that is not a code span ends the summary.
+_CLAUSE_END = re.compile(r"``.*?``|`[^`]*`|[.;:](?=\s|$)", re.DOTALL)
+
+
+def _summary(field: FieldInfo | None) -> str:
+    """What a field is for, in a few words: its description's first clause, as plain text."""
+    if field is None or not field.description:
+        return ""
+    text = " ".join(field.description.split())
+    end = next(
+        (m.start() for m in _CLAUSE_END.finditer(text) if not m.group().startswith("`")), None
+    )
+    summary = text[:end].replace("`", "")
+    first_word = summary.split(" ", 1)[0]
+    if first_word[1:].islower() or len(first_word) == 1:  # "The ..." but not "HTTP ..."
+        summary = summary[:1].lower() + summary[1:]
+    return summary
 
 
 def _unwrap(annotation: Any) -> Any:
-    """``X | None`` → ``X``; anything else unchanged."""
+    """``X | None`` → ``X``, ``Annotated[X, ...]`` → ``X``, and a union with one model (a budget's
+    preset name or table) → that model; anything else unchanged."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
     if origin in (Union, types.UnionType):
-        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        members = [_unwrap(arg) for arg in typing.get_args(annotation) if arg is not type(None)]
         models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
         if len(models) == 1:
             return models[0]

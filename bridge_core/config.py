@@ -150,7 +150,11 @@ def _resolve_env_refs(
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    # Each field's docstring is its description: the configuration reference in the docs shows
+    # it, and a missing key's error quotes its first sentence (ADR 0062).
+    model_config = ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True, use_attribute_docstrings=True
+    )
 
 
 def _presets() -> str:
@@ -168,8 +172,14 @@ PresetName = Annotated[str, AfterValidator(_check_preset_name)]
 
 
 class WindowSpec(_Strict):
+    """A sliding window: at most ``limit`` sends in any ``seconds``-long stretch of time."""
+
     limit: int = Field(ge=1)
+    """Sends allowed in any one window. The sender waits rather than exceed it, however full the
+    token bucket is."""
     seconds: float = Field(gt=0)
+    """The window's length, in seconds. It slides: each send counts against the window for
+    ``seconds`` after it was made."""
 
 
 class BudgetNumbers(_Strict):
@@ -180,11 +190,28 @@ class BudgetNumbers(_Strict):
     """
 
     preset: PresetName | None = None
+    """The preset to start from: ``slack``, ``discord``, ``teams`` or ``unlimited``. The other keys
+    replace its numbers; without a preset, ``burst`` and a rate are required."""
     burst: int | None = Field(default=None, ge=1)
+    """Sends allowed back to back: the token bucket's size. A full bucket lets this many go at once
+    before the rate paces the rest; raise it only where the platform tolerates bursts. Not set: the
+    preset's."""
     per_second: float | None = Field(default=None, gt=0)
+    """Sustained sends per second: the bucket's refill rate. Give this or ``per_hour``, not both.
+    Not set: the preset's."""
     per_hour: int | None = Field(default=None, ge=1)
+    """Sustained sends per hour, for a platform with an hourly cap. The bucket refills at ``per_hour
+    / 3600`` a second, and a 3,600 s window caps any hour at this many, which the bucket alone would
+    overshoot by ``burst``. Beside it only the ``windows`` given here are kept, not the preset's
+    own."""
     windows: list[WindowSpec] | None = None
+    """Sliding windows on top of the bucket, for a platform's short-term caps (Discord's 5 sends in
+    5 s per channel) that the bucket alone would overshoot. Given, they replace the preset's
+    windows. Not set: the preset's (none beside ``per_hour``)."""
     edit_spacing: float | None = Field(default=None, ge=0)
+    """Least seconds between two writes to one message (its post and each edit). A live message that
+    changes faster shows only its latest state when its turn comes; raise it to edit less often. Not
+    set: the preset's, or 2 s without a preset."""
 
     @model_validator(mode="after")
     def _complete(self) -> BudgetNumbers:
@@ -252,11 +279,22 @@ def known_event_kinds() -> frozenset[str]:
 
 
 class NotifySettings(_Strict):
-    """Notification timing (seed ADR 0007): hold new messages, collapse bursts into summaries."""
+    """Notification timing (seed ADR 0007): how long a new agent's message waits, and when a
+    burst of spawns shares one summary message instead of a message each."""
 
     hold: float = Field(default=2.0, ge=0)
+    """Seconds a new agent's first message waits before it is posted. Spawns that arrive in the
+    meantime tell a burst from a lone agent; every new agent's first post is this much late. Raise
+    it if your fleet spawns in slow waves that should still be summarised."""
     threshold: int = Field(default=5, ge=1)
+    """Spawns of one workspace within a hold that share one summary message. When the first of them
+    has waited out the hold and this many of its workspace are waiting, they all join a summary
+    edited in place with counts of done, running and failed (a failure still gets its own post).
+    Lower it to summarise smaller bursts."""
     window: float = Field(default=10.0, gt=0)
+    """Seconds after a summary's latest member during which a new spawn of its workspace joins it at
+    once, instead of waiting out a hold of its own. Keeps a burst that arrives in waves in one
+    message; lower it if unrelated spawns get lumped together."""
 
 
 class ProfileConfig(_Strict):
@@ -264,10 +302,21 @@ class ProfileConfig(_Strict):
     settings model, and ``provider_type`` and ``send_budget`` are filled in."""
 
     provider: str = Field(min_length=1)
+    """The provider's name, as ``chatbridge providers`` lists it: ``slack``, ``discord``, ``teams``,
+    ``console`` or a plugin's. Several profiles may name one provider (two Slack apps)."""
     settings: Any = Field(default_factory=dict)
+    """The provider's own settings table, validated by its settings model (see [Provider
+    settings](#provider-settings)). Write secrets as ``{ env = "NAME" }``."""
     budget: BudgetSpec | None = None
+    """The send limits of each channel this profile posts to, replacing the provider's default: a
+    preset name (``slack``, ``discord``, ``teams``, ``unlimited``) or a table. Every channel is
+    paced on its own budget, shared by all gateways when they share Redis. Tighten it for a
+    workspace with stricter limits; loosen it for a self-hosted platform."""
     provider_type: ProviderType | None = Field(default=None, exclude=True)
+    """Filled in by the loader: the provider type ``provider`` names. Not a key of the file."""
     send_budget: SendBudget | None = Field(default=None, exclude=True)
+    """Filled in by the loader: the budget this profile's channels are paced by (``budget``, else
+    the settings' own, else the provider's). Not a key of the file."""
 
 
 _AGENT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -277,12 +326,29 @@ class ChannelConfig(_Strict):
     """A chat channel the bridge writes to (and reads from)."""
 
     profile: str = Field(min_length=1)
+    """The profile (bot) that posts here and hears what people write here."""
     channel_id: str = Field(min_length=1)
+    """The channel's id on the platform: Slack's ``C0123456``, a Discord channel's id, a Teams
+    conversation id. People's messages reach this channel by its profile and this id."""
     thread: str | None = None
+    """A thread to post into instead of the channel's top level: the root message's ``ts`` on Slack,
+    a thread's id on Discord, the root message's id on Teams. Notifications go there, and so do
+    replies and API messages that have no thread of their own. Only for providers with threads."""
     kinds: list[str] | None = None
+    """The fleet event kinds this channel is notified of. Not set: ``AgentSpawned``,
+    ``StatusChanged``, ``AgentFinished`` and ``AgentGone``; leave out ``StatusChanged`` for a
+    quieter channel whose messages change only when an agent ends. Other kinds are accepted but post
+    nothing."""
     workspaces: list[str] | None = None
+    """Only events from these fleet workspaces notify here. Not set: every workspace. Use it to give
+    each team's workspace a channel of its own."""
     agent: str | None = None
+    """The agent that answers people here, as ``package.module:function``: an async callable
+    ``agent(turn, history)`` that returns the reply's text. Without one (and without ``chatbridge
+    run --agent``), what people write here is ignored. Every gateway that serves this channel with
+    an agent joins its agent group, and one of them owns each conversation."""
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    """This channel's notification timing; each key given overrides the one in ``[notify]``."""
 
     @field_validator("kinds")
     @classmethod
@@ -313,8 +379,21 @@ class StoresConfig(_Strict):
     """Where state lives. Relative paths are relative to the config file's folder."""
 
     ledger: str = "bridge.sqlite3"
+    """Where the delivery ledger lives: a SQLite file, or a ``postgresql://`` URL for gateways on
+    several hosts. A relative path is relative to the config file's folder. With ``membership =
+    "embedded"`` the SQLite file also holds the conversation logs and the inbound dedup records
+    (beside a PostgreSQL ledger those go to ``bridge-log.sqlite3`` in the config file's folder)."""
     membership: str = "embedded"
+    """Where the agent groups' conversation logs and membership live: ``embedded`` for one gateway
+    process, or a ``redis://`` (``rediss://``, ``unix://``) URL to run several gateways as one. With
+    Redis, gateways also share fleet events and each channel's send budget, and one live gateway is
+    chosen to notify each channel."""
     delivery_ledger: bool = True
+    """Record each reply durably before it is sent, so a crash or an outage delays a reply but never
+    loses it. ``false`` sends each reply once, unrecorded: a failed send is not retried, a crash
+    loses the replies in flight, nothing is labelled a possible duplicate, and providers' stored
+    state (Teams conversation references) lasts only as long as the process. Turn it off only where
+    a duplicate is worse than a lost reply (ADR 0024)."""
 
     @field_validator("ledger")
     @classmethod
@@ -351,20 +430,43 @@ class ApiConfig(_Strict):
     """The gateway's HTTP API (events in, health, metrics, provider routes)."""
 
     host: str = "127.0.0.1"
+    """The address the HTTP API listens on. The default serves this machine only; any other
+    (``0.0.0.0`` behind a load balancer, or for Slack Events and Teams to reach) needs a ``token``,
+    or the gateway refuses to start. ``chatbridge run --host`` overrides it."""
     port: int = Field(default=8787, ge=0, le=65535)
+    """The port the HTTP API listens on; 0 takes any free port. ``chatbridge run --port`` overrides
+    it."""
     token: Secret | None = None
+    """The bearer token that ``/v1/*`` and ``/metrics`` require, as ``Authorization: Bearer …``: 401
+    without it, 403 when wrong. ``/healthz`` stays open for load balancers, and the providers'
+    inbound routes check the platforms' own signatures instead. Not set: no authentication, which
+    the gateway allows only on loopback."""
     max_body_bytes: int = Field(default=1_048_576, ge=1)
+    """The largest request body accepted, in bytes: event batches, messages and the providers'
+    inbound requests alike; a larger one is answered 413. Raise it to post bigger batches of events
+    in one request."""
 
 
 class BridgeConfig(_Strict):
     """The whole file. ``path`` is where it was read from (None when built in code)."""
 
     path: Path | None = Field(default=None, exclude=True)
+    """The file this configuration was read from (None when built in code). Not a key of the
+    file."""
     profiles: dict[str, ProfileConfig] = Field(default_factory=dict)
+    """Bot profiles by name: a provider plus its credentials and settings. Each channel names the
+    profile that posts to it."""
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+    """Channels by name: where notifications and replies go. The name is yours (metrics and ``POST
+    /v1/messages`` use it); ``channel_id`` is the platform's."""
     stores: StoresConfig = Field(default_factory=StoresConfig)
+    """Where state lives: the delivery ledger and the conversation logs."""
     api: ApiConfig = Field(default_factory=ApiConfig)
+    """The gateway's HTTP API: fleet events and messages in, health and metrics out, and the
+    providers' inbound routes."""
     notify: NotifySettings = Field(default_factory=NotifySettings)
+    """Notification timing for every channel; a channel's own ``notify`` table overrides it key by
+    key."""
 
     def profile_of(self, channel: str) -> ProfileConfig:
         """The profile a channel posts through."""

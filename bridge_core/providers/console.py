@@ -82,13 +82,20 @@ FAULT_CLASSES: dict[str, type[ProviderError]] = {
 class FaultSpec(BaseModel):
     """A fault scripted in the settings: the next ``count`` sends to ``channel`` fail."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     channel: str
+    """The channel id whose sends fail."""
     error: Literal["RateLimited", "NotFound", "Forbidden", "Unreachable", "TransportError"]
+    """The core error the sends raise, as the platform's refusal would be read."""
     retry_after: float | None = Field(default=None, ge=0)
+    """Seconds a ``RateLimited`` asks the sender to wait. Not set: the sender backs off on its
+    own."""
     message: str = "scripted fault"
+    """The error's message, as the console output and the logs show it (the transcript records its
+    class)."""
     count: int = Field(default=1, ge=1)
+    """How many sends (posts or edits) to the channel fail in a row."""
 
     def build(self) -> ProviderError:
         if self.error == "RateLimited":
@@ -99,18 +106,40 @@ class FaultSpec(BaseModel):
 class ConsoleSettings(BaseModel):
     """A console profile's ``settings`` table."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     transcript: Path | None = None
+    """A JSON Lines file that gets one line per post, edit and failed send, flushed as it is
+    written; appended to, never truncated. A relative path is relative to the working directory. Not
+    set: no transcript."""
     output: Literal["stdout", "stderr", "none"] = "stdout"
+    """Where messages are drawn: ``stdout``, ``stderr``, or ``none`` (the transcript only). Move
+    them off standard output when something else is written there."""
     width: int | None = Field(default=None, ge=20)
+    """Columns to wrap messages at (20 or more). Not set: the terminal's width, or 80 when the
+    output is not a terminal."""
     color: bool | None = None
+    """``true`` forces colour, ``false`` turns it off. Not set: colour only when the output is a
+    terminal."""
     budget: BudgetSpec | None = None
+    """Send limits to rehearse a platform's pacing in the terminal: a preset name (``"slack"``) or a
+    table, as a profile's ``budget``, which still wins over it. Not set: unlimited."""
     faults: list[FaultSpec] = Field(default_factory=list)
+    """Failures to script: each makes the next ``count`` sends to a channel raise the error it
+    names, to rehearse how the sender and the ledger react."""
     blocked: list[str] = Field(default_factory=list)
-    inbound: str | None = None  # "-" or "stdin" for standard input, else a file path
+    """Channel ids the bot has no access to: posts and edits there raise ``Forbidden`` and the probe
+    answers no, as when a bot is removed from a channel."""
+    inbound: str | None = None
+    """Where people's messages come from: ``-`` or ``stdin`` for standard input, else a file read
+    line by line. A line ``#other text`` goes to channel ``other``; a JSON object line (``id``,
+    ``text``, and optionally ``channel``, ``author``, ``thread``) carries its own message id. Not
+    set: no inbound."""
     inbound_channel: str = "console"
+    """The channel id that inbound lines go to unless they name their own; match a channel's
+    ``channel_id`` so its agent answers them."""
     inbound_author: str = "you"
+    """The author id of inbound lines that do not name their own."""
 
 
 class ConsoleProvider(ChatProvider):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 import inspect
 import json
-import re
 import types
 import typing
 from collections.abc import Iterator
+from pathlib import PurePath
 from typing import Any
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "code_cell",
     "default_text",
     "display_type",
+    "doc_text",
     "duration",
     "first_paragraph",
     "models_in",
@@ -143,10 +144,34 @@ def without_none(annotation: Any) -> Any:
 
 
 def display_type(annotation: Any) -> str:
-    """The type as a config author reads it: secrets and free tables named as such."""
+    """The type as a config author reads it: tables, paths and secrets named as such, a choice
+    of strings quoted as TOML writes them, and no ``None`` (an absent key is the default)."""
+    from pydantic import BaseModel, SecretStr
+
     if annotation is Any:
         return "table"
-    name = type_name(annotation)
-    if name.endswith(" | None"):
-        name = name[: -len(" | None")]
-    return re.sub(r"\b(Secret|SecretStr)\b", 'secret ({ env = "NAME" })', name)
+    if isinstance(annotation, type):
+        if issubclass(annotation, BaseModel):
+            return "table"
+        if issubclass(annotation, SecretStr):
+            return 'secret ({ env = "NAME" })'
+        if issubclass(annotation, PurePath):
+            return "path"
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(toml_value(arg) for arg in args)
+    if origin is typing.Annotated:
+        return display_type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(display_type(arg) for arg in args if arg is not type(None))
+    if origin is not None and args:
+        base = getattr(origin, "__name__", str(origin))
+        return f"{base}[{', '.join(display_type(arg) for arg in args)}]"
+    return type_name(annotation)
+
+
+def doc_text(doc: str | None) -> str:
+    """A docstring (a field's description) as one markdown line: reStructuredText literals read
+    as markdown code."""
+    return " ".join((doc or "").split()).replace("``", "`")

@@ -13,10 +13,10 @@ import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from bridge_core.config import BridgeConfig, parse_config
 from bridge_core.provider import BUDGET_PRESETS, ERROR_TABLE
@@ -187,44 +187,73 @@ def test_getting_started_shows_the_readme_commands(site: Path) -> None:
 class Inner(BaseModel):
     """An inner table."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     depth: int = Field(default=3, description="How deep.")
 
 
 class Outer(BaseModel):
     """The top."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     name: str = Field(description="A name.")
     flag: bool = True
+    """Whether ``flag`` is set."""
+    mode: Literal["fast", "slow"] = "fast"
+    secret: SecretStr | None = None
+    where: Path | None = None
     inners: dict[str, Inner] = Field(default_factory=dict)
     listed: list[Inner] | None = None
     hidden: int = Field(default=0, exclude=True)
 
 
 def test_render_model_walks_nested_tables() -> None:
-    text = docgen_config.render_model(Outer, notes={"Outer.flag": "From the notes."})
+    text = docgen_config.render_model(Outer)
     assert "### Top level" in text
     assert "| `name` | `str` | **required** | A name. |" in text
-    assert "| `flag` | `bool` | `true` | From the notes. |" in text
+    # An attribute docstring is a description; its reStructuredText literals read as markdown.
+    assert "| `flag` | `bool` | `true` | Whether `flag` is set. |" in text
+    # Types as a config author writes them: TOML strings, secrets, paths, tables.
+    assert '| `mode` | `"fast" | "slow"` | `"fast"` |  |' in text
+    assert '| `secret` | `secret ({ env = "NAME" })` | not set |' in text
+    assert "| `where` | `path` | not set |" in text
+    assert "| `inners` | `dict[str, table]` | `{}` |" in text
+    assert "| `listed` | `list[table]` | not set |" in text
     assert "### `[inners.<name>]`, `[[listed]]`" in text
     assert "| `depth` | `int` | `3` | How deep. |" in text
     assert "hidden" not in text
 
 
-def test_field_notes_name_existing_fields() -> None:
-    """A note for a config field that no longer exists would describe nothing: fail instead."""
-    fields: set[str] = set()
-    models: list[Any] = [BridgeConfig]
-    while models:
-        model = models.pop()
-        for name, field in model.model_fields.items():
-            key = f"{model.__name__}.{name}"
-            if key not in fields:
-                fields.add(key)
-                models.extend(docgen_text.models_in(field.annotation))
-    stale = sorted(set(docgen_config.FIELD_NOTES) - fields)
-    assert stale == [], (
-        f"FIELD_NOTES in docs/bridge_docgen/config.py names fields that do not exist: {stale}"
-    )
+def _table_rows(markdown: str) -> list[list[str]]:
+    """The body rows of every key table, split into their four cells (pipes inside code spans,
+    as in a type ``"a" | "b"``, do not split a cell)."""
+    rows = []
+    for line in markdown.splitlines():
+        if line.startswith("| `") and line.endswith(" |"):
+            cells, current, in_code = [], "", False
+            for char in line[2:-2]:
+                if char == "`":
+                    in_code = not in_code
+                if char == "|" and not in_code and not current.endswith("\\"):
+                    cells.append(current.strip())
+                    current = ""
+                else:
+                    current += char
+            cells.append(current.strip())
+            rows.append(cells)
+    return rows
+
+
+def test_every_key_in_the_generated_reference_has_a_description() -> None:
+    """The reference's description column is never blank: for the core keys and for the
+    settings of every provider installed where the site is built."""
+    rows = _table_rows(docgen_config.config_reference())
+    rows += _table_rows(docgen_config.provider_settings())
+    assert len(rows) >= 60
+    assert all(len(row) == 4 for row in rows), [row for row in rows if len(row) != 4]
+    blank = [row[0] for row in rows if not row[3]]
+    assert blank == [], f"keys shown without a description in docs/configuration.md: {blank}"
 
 
 def test_an_unknown_marker_fails_the_build() -> None:

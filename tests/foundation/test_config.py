@@ -81,6 +81,18 @@ def write(tmp_path: Path, text: str, name: str = "bridge.toml") -> Path:
     return path
 
 
+def one_provider(name: str, settings_model: type[BaseModel]) -> ProviderRegistry:
+    """A registry of one provider, ``bridge-<name>``, whose settings ``settings_model`` checks."""
+    provider = ProviderType(
+        name=name,
+        capabilities=Capabilities(edit=True, max_length=100),
+        budget=SLACK_BUDGET,
+        settings_model=settings_model,
+        factory=lambda settings, context: ChatProvider(),
+    )
+    return ProviderRegistry([RegisteredProvider(provider, f"bridge-{name}", "1.0")])
+
+
 def problems_of(error: pytest.ExceptionInfo[ConfigError]) -> dict[str, str]:
     return {problem.key: problem.message for problem in error.value.problems}
 
@@ -193,7 +205,7 @@ def test_wrong_types_unknown_keys_and_missing_keys_are_all_reported(
         parse_config(data, providers=providers)
     problems = problems_of(caught)
     assert "valid integer" in problems["api.port"] and "'eighty'" in problems["api.port"]
-    assert problems["channels.ops.channel_id"] == "is required"
+    assert problems["channels.ops.channel_id"].startswith("is required (the channel's id")
     assert problems["channels.ops.chanel_id"].startswith("unknown key; expected one of: profile")
     assert "postgresql:// URL" in problems["stores.ledger"]
     assert problems["surprise"] == (
@@ -279,6 +291,52 @@ def test_a_budget_in_the_console_settings_applies_unless_the_profile_overrides(
     assert budgets["a"] is not None and budgets["a"].burst == 5
 
 
+class _RegionSettings(BaseModel):
+    """A test provider's settings: one described key, one not."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    region: str
+    """The ``eu`` or ``us`` region of the account: it picks the API host. More text."""
+    account: str
+
+
+def test_a_missing_key_says_what_it_is_for(providers: ProviderRegistry) -> None:
+    """A required key's error quotes its description's first clause, as plain text."""
+    registry = one_provider("region", _RegionSettings)
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"profiles": {"r": {"provider": "region"}}}, providers=registry)
+    assert problems_of(caught) == {
+        "profiles.r.settings.region": "is required (the eu or us region of the account)",
+        "profiles.r.settings.account": "is required",
+    }
+    data = {
+        "channels": {"ops": {"profile": "p"}},
+        "profiles": {"p": {"provider": "console", "budget": {"windows": [{"limit": 3}]}}},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    assert problems_of(caught) == {
+        "channels.ops.channel_id": "is required (the channel's id on the platform)",
+        # through a table of tables, a budget's preset-or-table union and a list
+        "profiles.p.budget.windows.0.seconds": "is required (the window's length, in seconds)",
+    }
+
+
+def test_an_unknown_key_in_a_budget_table_lists_the_budget_keys(
+    providers: ProviderRegistry,
+) -> None:
+    data = {"profiles": {"p": {"provider": "console", "budget": {"preset": "slack", "brust": 2}}}}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    assert problems_of(caught) == {
+        "profiles.p.budget.brust": (
+            "unknown key; expected one of: preset, burst, per_second, per_hour, windows, "
+            "edit_spacing"
+        )
+    }
+
+
 def test_invalid_toml_and_a_missing_file_name_the_file(tmp_path: Path) -> None:
     bad = write(tmp_path, "[profiles\n")
     with pytest.raises(ConfigError, match=r"bridge\.toml: is not valid TOML"):
@@ -314,14 +372,7 @@ class _VaultSettings(BaseModel):
 
 
 def test_values_of_secret_looking_keys_are_never_echoed_in_errors() -> None:
-    vault = ProviderType(
-        name="vault",
-        capabilities=Capabilities(edit=False, max_length=100),
-        budget=SLACK_BUDGET,
-        settings_model=_VaultSettings,
-        factory=lambda settings, context: ChatProvider(),
-    )
-    registry = ProviderRegistry([RegisteredProvider(vault, "bridge-vault", "1.0")])
+    registry = one_provider("vault", _VaultSettings)
     data = {
         "profiles": {"v": {"provider": "vault", "settings": {"api_key": 12345678, "retries": "x"}}}
     }
@@ -347,14 +398,7 @@ class _NoSettings(BaseModel):
 
 
 def test_a_thread_on_a_provider_without_threads_is_an_error() -> None:
-    flat = ProviderType(
-        name="flat",
-        capabilities=Capabilities(edit=True, max_length=100, threads=False),
-        budget=SLACK_BUDGET,
-        settings_model=_NoSettings,
-        factory=lambda settings, context: ChatProvider(),
-    )
-    registry = ProviderRegistry([RegisteredProvider(flat, "bridge-flat", "1.0")])
+    registry = one_provider("flat", _NoSettings)
     data = {
         "profiles": {"f": {"provider": "flat"}},
         "channels": {"ops": {"profile": "f", "channel_id": "C", "thread": "T"}},
@@ -381,14 +425,7 @@ class _TokenSettings(BaseModel):
 
 
 def test_a_missing_variable_does_not_hide_other_problems_or_add_its_own() -> None:
-    tokened = ProviderType(
-        name="tokened",
-        capabilities=Capabilities(edit=True, max_length=100),
-        budget=SLACK_BUDGET,
-        settings_model=_TokenSettings,
-        factory=lambda settings, context: ChatProvider(),
-    )
-    registry = ProviderRegistry([RegisteredProvider(tokened, "bridge-tokened", "1.0")])
+    registry = one_provider("tokened", _TokenSettings)
     data = {
         "profiles": {"t": {"provider": "tokened", "settings": {"token": {"env": "UNSET_VAR"}}}},
         "channels": {"ops": {"profile": "typo", "channel_id": "C"}},

@@ -42,12 +42,15 @@ BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
 class {{ cookiecutter.__class_prefix }}Settings(BaseModel):
     """A {{ cookiecutter.provider_name }} profile's ``settings`` table in bridge.toml."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring is its description (use_attribute_docstrings): bridge-core's
+    # configuration reference shows it, and a missing key's error quotes its first sentence, so
+    # say what the setting does, its unit, and when to change it.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    token: SecretStr = Field(description='The bot token, as { env = "NAME" } in bridge.toml.')
-    api_base_url: str = Field(
-        DEFAULT_API_BASE, description="The REST API's base URL (proxies, tests)."
-    )
-    timeout: float = Field(
-        10.0, gt=0, le=120, description="Seconds one call may take before it counts as failed."
-    )
+    token: SecretStr
+    """The bot token, sent as ``Authorization: Bearer …`` on every API call."""
+    api_base_url: str = DEFAULT_API_BASE
+    """The base URL of the platform's REST API. Change it only for a proxy or a test's fake."""
+    timeout: float = Field(10.0, gt=0, le=120)
+    """Seconds one API call may take before it fails as a transport error, which the core's
+    sender backs off from and retries. Raise it on a slow link."""

@@ -32,23 +32,31 @@ CAPABILITIES = Capabilities(
 class DiscordSettings(BaseModel):
     """A Discord bot profile's ``settings`` table."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+    # use_attribute_docstrings: each field's docstring is its description in the configuration
+    # reference and in a missing key's error.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
+    )
 
-    token: SecretStr = Field(description="The bot token (put it in config as an env reference).")
-    api_base_url: str = Field(
-        DEFAULT_API_BASE, description="REST API base, for proxies and tests; versioned path."
-    )
-    gateway_url: str | None = Field(
-        None,
-        description="Gateway websocket URL; None uses discord.py's (wss://gateway.discord.gg).",
-    )
-    call_deadline: float = Field(
-        15.0,
-        gt=0,
-        le=120,
-        description="Longest one post or edit may take, including discord.py's absorbed waits.",
-    )
-    inbound: bool = Field(False, description="Connect to the gateway and deliver user messages.")
-    message_content_intent: bool = Field(
-        True, description="Ask for the privileged message-content intent when inbound is on."
-    )
+    token: SecretStr
+    """The bot token from the Discord developer portal, for REST sends and, with ``inbound``, the
+    gateway."""
+    api_base_url: str = DEFAULT_API_BASE
+    """The base URL of Discord's REST API, with its version (``/api/v10``). Change it only for a
+    proxy or a test's fake."""
+    gateway_url: str | None = None
+    """The websocket URL of Discord's gateway, used with ``inbound``. Not set: the one discord.py
+    uses (``wss://gateway.discord.gg``). Change it only for a proxy or a test's fake."""
+    call_deadline: float = Field(15.0, gt=0, le=120)
+    """Seconds one call (login, post, edit, probe) may take in all, including the short rate-limit
+    waits discord.py sits through itself. A call cut off while rate limited fails as ``RateLimited``
+    with Discord's retry-after, any other as a transport error, and the core's sender paces the
+    retry; lower it to take rate limits out of discord.py's hands sooner."""
+    inbound: bool = False
+    """Connect to Discord's gateway and hand what people write (in server channels, their threads,
+    and direct messages) to the channel's agent. Off for a bot that only posts."""
+    message_content_intent: bool = True
+    """Ask for the privileged message-content intent when ``inbound`` is on; without it Discord
+    gives the bot the text only of messages that mention it and of direct messages. Enable the
+    intent for the bot in the developer portal too, or the gateway refuses to connect; set ``false``
+    where you cannot."""

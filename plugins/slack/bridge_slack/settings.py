@@ -43,18 +43,47 @@ class SlackSettings(BaseModel):
     """
 
     # hide_input_in_errors: a validation error must not print a token pasted into a wrong key.
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+    # use_attribute_docstrings: each field's docstring is its description in the configuration
+    # reference and in a missing key's error.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
+    )
 
     bot_token: SecretStr
+    """The Bot User OAuth Token (``xoxb-…``) that posts, edits and probes. It needs the
+    ``chat:write`` scope; with ``channels:read`` too, the sender's re-check after a refusal can tell
+    an archived channel from a lost permission."""
     signing_secret: SecretStr | None = None
+    """The app's signing secret; setting it serves the Events API at ``events_path``, where only
+    requests with a valid signature under five minutes old are accepted. Leave it out for a bot that
+    only posts, or that takes events over Socket Mode."""
     api_base_url: str = DEFAULT_API_BASE_URL
+    """The base URL of Slack's Web API. Change it for GovSlack (``https://slack-gov.com/api/``), an
+    egress proxy or a test's fake; a missing trailing slash is added."""
     events_path: str = "/slack/events"
+    """The path, on the gateway's HTTP API, where the Events API delivers; the app's Request URL is
+    the gateway's public address plus this path. Give each Slack profile with inbound a path of its
+    own."""
     timeout: float = Field(default=10.0, gt=0, le=120)
+    """Seconds one Web API call may take before it fails as a transport error, which is retried
+    later (the sender backs off). Raise it on a slow link or behind a slow proxy."""
     bot_user_id: str | None = None
+    """The bot's own user id (``U…``), so that its own messages coming back as events are never
+    taken for people's. Optional: without it the id is asked of ``auth.test`` once, before the first
+    inbound event is read; set it to skip that call."""
     unfurl: bool = False
+    """Let Slack unfurl links and media in the bridge's posts. Off: notifications and replies post
+    without link previews."""
     socket_mode: bool = False
+    """Take inbound events over a Socket Mode websocket instead of the Events API over HTTP; it
+    needs ``app_token``. Use it when Slack cannot reach the gateway; ``signing_secret`` and
+    ``events_path`` then go unused."""
     app_token: SecretStr | None = None
+    """The app-level token (``xapp-…``, scope ``connections:write``) that opens Socket Mode
+    connections; required by, and only used with, ``socket_mode = true``."""
     socket_ping_interval: float = Field(default=10.0, gt=0, le=300)
+    """Seconds between pings on the Socket Mode websocket; no answer within half of it counts as a
+    lost connection, which the core reconnects. Lower it to notice a dead connection sooner."""
 
     @field_validator("bot_token")
     @classmethod

@@ -41,26 +41,44 @@ CAPABILITIES = Capabilities(
 class TeamsSettings(BaseModel):
     """A Teams bot profile's ``settings`` table."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+    # use_attribute_docstrings: each field's docstring is its description in the configuration
+    # reference and in a missing key's error.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
+    )
 
-    app_id: str = Field(description="The bot's Microsoft app id.")
-    app_password: SecretStr = Field(description="The app's client secret (an env reference).")
-    tenant_id: str | None = Field(None, description="Tenant of a single-tenant bot.")
-    service_url: str | None = Field(
-        None,
-        description="Bot Connector service URL for channels no inbound activity has introduced "
-        "yet (e.g. https://smba.trafficmanager.net/teams/); the API base for tests and proxies.",
-    )
-    token_url: str | None = Field(
-        None, description="OAuth token endpoint; default: login.microsoftonline.com for the tenant."
-    )
-    oauth_scope: str = Field(DEFAULT_SCOPE, description="Scope of the connector token.")
-    openid_metadata_url: str = Field(
-        BOT_FRAMEWORK_OPENID_URL, description="Where inbound tokens' signing keys are published."
-    )
-    messaging_path: str = Field("/api/teams/messages", description="The messaging endpoint path.")
-    call_deadline: float = Field(15.0, gt=0, le=120, description="Timeout of one connector call.")
-    insecure_skip_token_validation: bool = Field(
-        False,
-        description="Accept inbound requests without checking their JWT. Local development only.",
-    )
+    app_id: str
+    """The bot's Microsoft app id (the GUID of its Azure Bot registration); inbound tokens must be
+    issued for it."""
+    app_password: SecretStr
+    """The app's client secret, exchanged at ``token_url`` for Bot Connector tokens."""
+    tenant_id: str | None = None
+    """The tenant of a single-tenant bot: it picks the default token endpoint and goes into
+    conversation references built from ``service_url``. Leave it out for a multi-tenant bot."""
+    service_url: str | None = None
+    """The Bot Connector URL for channels no inbound activity has introduced yet
+    (``https://smba.trafficmanager.net/teams/``), so the bot can post there first. Not set: the bot
+    posts to a channel only once it has been installed or messaged there (the reference it learns is
+    kept in the ledger's store)."""
+    token_url: str | None = None
+    """The OAuth endpoint for the client-credentials grant. Not set:
+    ``https://login.microsoftonline.com/<tenant_id or botframework.com>/oauth2/v2.0/token``. Change
+    it for a sovereign cloud or a test's fake."""
+    oauth_scope: str = DEFAULT_SCOPE
+    """The scope requested for Bot Connector tokens. Change it only for a sovereign cloud whose Bot
+    Framework has its own."""
+    openid_metadata_url: str = BOT_FRAMEWORK_OPENID_URL
+    """Where the keys that sign inbound Bot Framework tokens are published (OpenID metadata). Change
+    it only for a sovereign cloud or a test's fake."""
+    messaging_path: str = "/api/teams/messages"
+    """The path, on the gateway's HTTP API, of the bot's messaging endpoint; the Azure Bot's
+    messaging endpoint is the gateway's public address plus this path. Give each Teams profile a
+    path of its own."""
+    call_deadline: float = Field(15.0, gt=0, le=120)
+    """Timeout, in seconds, of each HTTP call to the token endpoint and the Bot Connector (to
+    connect, and for each wait on the answer); a call that stalls longer fails as a transport error
+    and is retried later."""
+    insecure_skip_token_validation: bool = False
+    """Accept inbound requests without checking their Bot Framework token, so anyone who can reach
+    ``messaging_path`` can write as anyone. For local development (the Bot Framework Emulator) only;
+    the provider logs a warning while it is on."""
