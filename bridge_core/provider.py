@@ -12,11 +12,14 @@ Exception hierarchy::
     ├── NotFound                  the message (or thread) is gone
     ├── Forbidden                 the bot lost access to the channel
     ├── Unreachable               permanent: bot blocked, channel deleted, bad credentials
+    ├── MessageRejected           the platform refused this message (too long, malformed);
+    │                             the channel is fine, resending the same message cannot help
     └── TransportError            transient: network failure, 5xx, timeout
         └── ConnectionLost        an inbound connection dropped; the watcher rebuilds
 
 ``ERROR_TABLE`` says, for each class, what the notifier and the ledger do with it, so no package
-invents its own reading.
+invents its own reading. ``Unreachable`` is about the channel and ends it; ``MessageRejected`` is
+about one message and ends only that message (ADR 0017).
 """
 
 from __future__ import annotations
@@ -44,9 +47,12 @@ __all__ = [
     "InboundMessage",
     "InboundSink",
     "KeyValueStore",
+    "LedgerAction",
     "LengthUnit",
     "MessageRef",
+    "MessageRejected",
     "NotFound",
+    "NotifierAction",
     "ProviderError",
     "RateLimited",
     "SendBudget",
@@ -87,6 +93,12 @@ class Unreachable(ProviderError):
     """Permanent: the bot is blocked, the channel deleted, the credentials revoked."""
 
 
+class MessageRejected(ProviderError):
+    """The platform refused this one message (too long, empty, a malformed body), or it must not
+    be resent (a Teams 500 on a post may have been delivered). The channel is fine: later
+    messages go out as usual; resending this one cannot help."""
+
+
 class TransportError(ProviderError):
     """Transient: a network failure, a timeout or a platform 5xx."""
 
@@ -100,6 +112,10 @@ class NotifierAction(enum.Enum):
     DROP_REF_REPOST = "drop the message ref; the next update posts one new message"
     MARK_UNHEALTHY = "mark the channel unhealthy, log once, re-check every 5 minutes"
     GIVE_UP_CHANNEL = "stop sending to the channel; log once; health shows it"
+    DROP_RENDERING = (
+        "drop this rendering (logged, naming channel and agent); the channel stays healthy and "
+        "the next update renders again (an edited message keeps its ref)"
+    )
     BACK_OFF = "back off exponentially 1 s..60 s with jitter, then render current state"
 
 
@@ -145,6 +161,13 @@ ERROR_TABLE: tuple[ErrorReading, ...] = (
         LedgerAction.ABANDON,
     ),
     ErrorReading(
+        MessageRejected,
+        "this message was refused (too long, malformed) or must not be resent; the channel is fine",
+        NotifierAction.DROP_RENDERING,
+        LedgerAction.ABANDON,
+    ),
+    # TransportError stays last: reading_for falls back on it for anything unclassified.
+    ErrorReading(
         TransportError,
         "transient: network, timeout, 5xx",
         NotifierAction.BACK_OFF,
@@ -154,11 +177,18 @@ ERROR_TABLE: tuple[ErrorReading, ...] = (
 
 
 def reading_for(error: BaseException) -> ErrorReading:
-    """The row of ``ERROR_TABLE`` for an error; anything unclassified reads as transient."""
+    """The row of ``ERROR_TABLE`` for an error; anything unclassified reads as transient.
+
+    The first row whose class the error is an instance of wins, so a subclass row must come
+    before its base's row (every row today is a direct subclass of ``ProviderError``).
+    """
     for reading in ERROR_TABLE:
         if isinstance(error, reading.error):
             return reading
-    return ERROR_TABLE[-1]
+    return _TRANSIENT
+
+
+_TRANSIENT = next(reading for reading in ERROR_TABLE if reading.error is TransportError)
 
 
 # --------------------------------------------------------------------------- budgets

@@ -149,6 +149,8 @@ def after_failure(
     described = _describe(error)
     action = reading.ledger
     if action is LedgerAction.ABANDON:
+        # Unreachable (the channel is gone) and MessageRejected (the platform refused this reply,
+        # or it must not be resent) alike: no resend can help, so the row stops here.
         return Settlement(State.ABANDONED, None, False, described, False)
     if action is LedgerAction.WAIT_PENALTY:
         wait = error.retry_after if isinstance(error, RateLimited) else None

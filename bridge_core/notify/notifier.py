@@ -17,6 +17,10 @@ Rules, in the order the seed gives them:
   failed and crashed members still get their own post, killed ones stay counted.
 - ``NotFound`` drops the message ref: the next update posts exactly one new message (a terminal
   state posts at once, since nothing terminal is lost).
+- ``MessageRejected`` drops that rendering only: it is logged (channel, agent, reason), the
+  message keeps its ref (a refused post leaves none), and the next update renders again. The
+  refused version is never resent, so a rendering the platform always refuses costs one attempt
+  per update, paced by the sender; a refused terminal state ends the agent's message there.
 - Terminal work goes at the top priority, new messages next, intermediate edits last, so after
   a pause or an outage the terminal states go first, then each running agent's current state.
 - Without edit support: one post at spawn (or a place in a summary) and one terminal post.
@@ -53,6 +57,7 @@ from bridge_core.notify.render import (
 from bridge_core.provider import (
     Capabilities,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     TransportError,
@@ -74,6 +79,7 @@ class NotifierStats:
     summaries: int = 0
     terminal_delivered: int = 0
     dropped_refs: int = 0
+    rejected: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -85,12 +91,18 @@ class _Slot:
     version: int = 0
     rendered: int = -1
     delivered: int = -1
+    refused: int = -1  # the latest version the platform refused (MessageRejected): not resent
     outstanding: int = 0
     priority: int = UPDATE
     lost: bool = False  # its message was deleted; the next update posts a new one
     post_text: Callable[[], str | None] = field(default=lambda: None)
     edit_text: Callable[[], str | None] = field(default=lambda: None)
     outcome: Callable[[MessageRef | ProviderError | None], None] = field(default=lambda r: None)
+
+    @property
+    def owes(self) -> bool:
+        """Whether its latest version has been neither delivered nor refused by the platform."""
+        return self.delivered < self.version and self.refused < self.version
 
 
 @dataclass(eq=False, slots=True)
@@ -456,8 +468,8 @@ class Notifier:
 
     def _render_agent(self, agent: _Agent, *, post: bool) -> str | None:
         slot = agent.slot
-        if slot.delivered == slot.version:
-            return None  # nothing new since the last delivery
+        if not slot.owes:
+            return None  # nothing new since the last delivery (or the last refusal)
         if not post and slot.ref is None:
             return None  # its message was deleted meanwhile: the outcome turns it into a post
         if post and slot.ref is not None and (self._edit or not agent.terminal):
@@ -483,8 +495,10 @@ class Notifier:
 
     def _render_summary(self, summary: _Summary, *, post: bool) -> str | None:
         slot = summary.slot
-        if slot.delivered == slot.version or (post is (slot.ref is not None)):
-            return None  # nothing new, a post whose twin went out, or an edit of a lost message
+        if not slot.owes:
+            return None  # nothing new since the last delivery (or the last refusal)
+        if post is (slot.ref is not None):
+            return None  # a post whose twin went out, or an edit of a lost message
         slot.rendered = slot.version
         counts = SummaryCounts(
             workspace=summary.workspace,
@@ -503,8 +517,8 @@ class Notifier:
 
     # ------------------------------------------------------------------ outcomes
 
-    def _agent_outcome(self, agent: _Agent, result: MessageRef | ProviderError | None) -> None:
-        slot = agent.slot
+    def _settle(self, slot: _Slot, result: MessageRef | ProviderError | None, what: str) -> bool:
+        """Apply one send's outcome to ``slot``; False when the channel is finished."""
         slot.outstanding -= 1
         if isinstance(result, MessageRef):
             slot.ref = result
@@ -513,54 +527,69 @@ class Notifier:
             self._counts.dropped_refs += 1
             slot.ref = None
             slot.lost = True
+        elif isinstance(result, MessageRejected):
+            self._refused(slot, what, result)
         elif isinstance(result, ProviderError):
             self._gave_up(result)
-            return
-        if slot.outstanding:
+            return False
+        return True
+
+    def _agent_outcome(self, agent: _Agent, result: MessageRef | ProviderError | None) -> None:
+        slot = agent.slot
+        if not self._settle(slot, result, f"agent {agent.name!r}") or slot.outstanding:
             return
         if agent.terminal:
             if slot.delivered == slot.version:
                 self._terminal_delivered(agent.name, agent.terminal_at)
                 self._retire(agent)
+            elif slot.refused == slot.version:
+                self._retire(agent)  # its final state was refused: nothing is left to send
             else:
                 self._submit_agent(agent)
-        elif self._edit and slot.delivered < slot.version and not slot.lost:
+        elif self._edit and slot.owes and not slot.lost:
             self._submit_agent(agent)
 
     def _summary_outcome(
         self, summary: _Summary, result: MessageRef | ProviderError | None
     ) -> None:
         slot = summary.slot
-        slot.outstanding -= 1
-        if isinstance(result, MessageRef):
-            slot.ref = result
-            slot.delivered = slot.rendered
-            if summary.awaiting:
-                still = []
-                for name, terminal_at, version in summary.awaiting:
-                    if version <= slot.delivered:
-                        self._terminal_delivered(name, terminal_at)
-                    else:
-                        still.append((name, terminal_at, version))
-                summary.awaiting = still
-        elif isinstance(result, NotFound):
-            self._counts.dropped_refs += 1
-            slot.ref = None
-            slot.lost = True
-        elif isinstance(result, ProviderError):
-            self._gave_up(result)
+        if not self._settle(slot, result, f"the summary of workspace {summary.workspace!r}"):
             return
+        if isinstance(result, MessageRef) and summary.awaiting:
+            still = []
+            for name, terminal_at, version in summary.awaiting:
+                if version <= slot.delivered:
+                    self._terminal_delivered(name, terminal_at)
+                else:
+                    still.append((name, terminal_at, version))
+            summary.awaiting = still
         if slot.outstanding or not self._edit:
             return
-        # A lost summary waits for the next change, unless it owes members' final states.
+        # A lost summary waits for the next change, unless it owes members' final states; a
+        # refused one waits for the next change in any case.
         owes_final = summary.running == 0 or bool(summary.awaiting)
-        if slot.delivered < slot.version and (not slot.lost or owes_final):
+        if slot.owes and (not slot.lost or owes_final):
             self._submit_summary(summary)
 
     def _terminal_delivered(self, name: str, terminal_at: float) -> None:
         self._counts.terminal_delivered += 1
         if self._on_terminal_delivered is not None:
             self._on_terminal_delivered(name, anyio.current_time() - terminal_at)
+
+    def _refused(self, slot: _Slot, what: str, error: MessageRejected) -> None:
+        # Logged when a run of refusals starts; a rendering refused on every update (one attempt
+        # per update, paced by the sender) repeats only at debug level until a delivery.
+        self._counts.rejected += 1
+        level = logging.DEBUG if slot.refused > slot.delivered else logging.WARNING
+        slot.refused = slot.rendered
+        logger.log(
+            level,
+            "notifier for %r: the platform refused the message for %s (%s); that rendering is "
+            "dropped, the channel carries on",
+            self.channel,
+            what,
+            error,
+        )
 
     def _gave_up(self, error: ProviderError) -> None:
         # Only Unreachable and a stopped sender (a TransportError) come back as errors for keyed

@@ -45,6 +45,7 @@ from bridge_core.provider import (
     InboundSink,
     LengthUnit,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -75,7 +76,15 @@ CONSOLE_CAPABILITIES = Capabilities(
 
 FAULT_CLASSES: dict[str, type[ProviderError]] = {
     cls.__name__: cls
-    for cls in (RateLimited, NotFound, Forbidden, Unreachable, TransportError, ProviderError)
+    for cls in (
+        RateLimited,
+        NotFound,
+        Forbidden,
+        Unreachable,
+        MessageRejected,
+        TransportError,
+        ProviderError,
+    )
 }
 
 
@@ -86,7 +95,9 @@ class FaultSpec(BaseModel):
 
     channel: str
     """The channel id whose sends fail."""
-    error: Literal["RateLimited", "NotFound", "Forbidden", "Unreachable", "TransportError"]
+    error: Literal[
+        "RateLimited", "NotFound", "Forbidden", "Unreachable", "MessageRejected", "TransportError"
+    ]
     """The core error the sends raise, as the platform's refusal would be read."""
     retry_after: float | None = Field(default=None, ge=0)
     """Seconds a ``RateLimited`` asks the sender to wait. Not set: the sender backs off on its
@@ -309,7 +320,7 @@ class ConsoleProvider(ChatProvider):
 
     def _check_length(self, text: str) -> None:
         if len(text) > self.capabilities.max_length:
-            raise ProviderError(
+            raise MessageRejected(
                 f"message of {len(text)} characters exceeds the console's max_length "
                 f"{self.capabilities.max_length}; chunk it with bridge_core.text.prepare first"
             )

@@ -15,15 +15,19 @@ Two ways in:
   the same ``key`` still queued is replaced in place, never queued behind itself, and the text is
   rendered when it leaves the queue (the notifier's way). Keyed work is retried here after
   ``RateLimited``, transport errors and ``Forbidden``; ``on_outcome`` receives the ``MessageRef``,
-  the ``NotFound`` / ``Unreachable`` error, or ``None`` (nothing was sent: the text rendered
-  ``None``, or a newer submission with the key took its place while it was in flight).
+  the ``NotFound`` / ``MessageRejected`` / ``Unreachable`` error, or ``None`` (nothing was sent:
+  the text rendered ``None``, or a newer submission with the key took its place while it was in
+  flight).
 
 Failures (seed ADR 0007 and ``ERROR_TABLE``): ``RateLimited(retry_after)`` pauses the channel for
 ``retry_after`` or, without one, backs off exponentially from 1 s to 60 s with jitter drawn from
 the injectable ``random``; transport errors back off the same way. ``Forbidden`` marks the
 channel unhealthy, logs once, fails ``send`` calls at once and holds keyed work until a re-check
 every ``recheck_interval`` seconds (``provider.probe`` when ``capabilities.probe``, else the next
-real send). ``Unreachable`` stops the channel for good.
+real send). ``Unreachable`` stops the channel for good. ``MessageRejected`` fails only that
+operation: the channel stays as it was (no pause, no back-off, health unchanged), and a keyed
+post of the same key waits ``budget.edit_spacing`` after the refusal, as an edit of one message
+would, so a submitter whose every rendering is refused cannot spin the channel (ADR 0017).
 
 Exception hierarchy::
 
@@ -48,6 +52,7 @@ from bridge_core.provider import (
     ChatProvider,
     Forbidden,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -92,6 +97,7 @@ class SenderStats:
     rate_limit_pauses: int = 0
     backoffs: int = 0
     not_found: int = 0
+    rejected: int = 0
     forbidden: int = 0
     unreachable: int = 0
     transport_errors: int = 0
@@ -138,6 +144,7 @@ class ChannelSender:
         self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
         self._queues: list[dict[Hashable, _Work]] = [{} for _ in Priority]
         self._last_write: dict[str, float] = {}
+        self._last_rejected: dict[Hashable, float] = {}  # keyed work: key -> time of refusal
         self._inflight: _Work | None = None
         self._wake: anyio.Event | None = None
         self._waiting = False
@@ -326,9 +333,13 @@ class ChannelSender:
         self._queues[work.priority] = rebuilt
 
     def _not_before(self, work: _Work) -> float:
-        if work.target is None:
+        if work.target is not None:
+            last = self._last_write.get(work.target)
+        elif work.keyed:
+            # A post whose key's last message was refused: spaced like edits of one message.
+            last = self._last_rejected.get(work.key)
+        else:
             return -math.inf
-        last = self._last_write.get(work.target)
         return -math.inf if last is None else last + self.budget.edit_spacing
 
     def _pick(self, now: float) -> tuple[_Work | None, float]:
@@ -471,6 +482,13 @@ class ChannelSender:
         except NotFound as error:
             self.stats.not_found += 1
             self._resolve(work, error)
+        except MessageRejected as error:
+            # About this message only: the channel's pause, back-off and health stay as they are.
+            self.stats.rejected += 1
+            if work.keyed:
+                self._last_rejected[work.key] = now
+                self._forget_old_writes(now)
+            self._resolve(work, error)
         except Forbidden as error:
             self._mark_forbidden(error)
             self._retry_or_fail(work, error, retry_unkeyed=False)
@@ -509,9 +527,11 @@ class ChannelSender:
 
     def _forget_old_writes(self, now: float) -> None:
         # Spacing only needs writes younger than edit_spacing; prune in batches, not per send.
+        horizon = now - self.budget.edit_spacing
         if len(self._last_write) > 4096:
-            horizon = now - self.budget.edit_spacing
             self._last_write = {m: t for m, t in self._last_write.items() if t > horizon}
+        if len(self._last_rejected) > 4096:
+            self._last_rejected = {k: t for k, t in self._last_rejected.items() if t > horizon}
 
 
 def _fresh(error: ProviderError) -> ProviderError:

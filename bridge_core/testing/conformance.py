@@ -23,8 +23,9 @@ The contract it checks (the core relies on each point):
 - ``post`` returns a ``MessageRef`` that ``edit`` accepts, and an edit is in place;
 - without edit support, ``edit`` is refused with a ``ProviderError`` that says so, sending nothing;
 - ``post`` sends text as given (the core escapes and chunks with ``bridge_core.text.prepare``);
-  every chunk at the declared maximum is accepted whole, and a text over it is refused with a
-  ``ProviderError`` rather than truncated or split behind the core's back;
+  every chunk at the declared maximum is accepted whole, and a text over it is refused with
+  ``MessageRejected`` (about that message, so the channel carries on) rather than truncated or
+  split behind the core's back;
 - each scripted platform fault maps onto the core taxonomy (``Fault.expected``); rate limits are
   surfaced with their ``retry_after`` at once, never slept on; a fault never poisons the provider;
 - secrets never appear in reprs, error messages, tracebacks or log records;
@@ -61,6 +62,7 @@ from bridge_core.provider import (
     InboundMessage,
     InboundSink,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -91,6 +93,7 @@ class Fault(enum.Enum):
     NOT_FOUND = "not_found"  # the edit target is gone (scripted on edit only)
     FORBIDDEN = "forbidden"  # the bot lost access to the channel
     UNREACHABLE = "unreachable"  # permanent: channel deleted, credentials revoked
+    REJECTED = "rejected"  # this message's body was refused (malformed, too long): 400, 413, 422
     SERVER_ERROR = "server_error"  # a 5xx
     DROPPED = "dropped"  # the connection closed with no response
     SLOW = "slow"  # no answer within the provider's timeout (harness sets a short one)
@@ -105,6 +108,7 @@ _EXPECTED: dict[Fault, type[ProviderError]] = {
     Fault.NOT_FOUND: NotFound,
     Fault.FORBIDDEN: Forbidden,
     Fault.UNREACHABLE: Unreachable,
+    Fault.REJECTED: MessageRejected,
     Fault.SERVER_ERROR: TransportError,
     Fault.DROPPED: TransportError,
     Fault.SLOW: TransportError,
@@ -315,8 +319,12 @@ class ProviderConformance:
         async with harness.build() as provider:
             caps = provider.capabilities
             over = "a" * (caps.max_length + 1)
-            with pytest.raises(ProviderError):
+            with pytest.raises(ProviderError) as caught:
                 await provider.post(harness.channel, over)
+            assert isinstance(caught.value, MessageRejected), (
+                f"over-long text raised {caught.value!r}; refuse it with MessageRejected, which "
+                "drops that message and keeps the channel (Unreachable would give it up)"
+            )
             if harness.delivered is not None:
                 assert over not in harness.delivered(harness.channel)
                 assert all(

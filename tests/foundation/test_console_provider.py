@@ -19,8 +19,8 @@ from bridge_core.provider import (
     Forbidden,
     InboundMessage,
     MessageRef,
+    MessageRejected,
     NotFound,
-    ProviderError,
     RateLimited,
     TransportError,
     Unreachable,
@@ -138,10 +138,11 @@ async def test_faults_listed_in_the_settings_queue_up(tmp_path: Path) -> None:
     faults = [
         FaultSpec(channel="ops", error="Forbidden", count=2),
         FaultSpec(channel="ops", error="Unreachable"),
+        FaultSpec(channel="ops", error="MessageRejected", message="too long"),
     ]
     provider = quiet(tmp_path, faults=faults)
-    assert provider.pending_faults("ops") == 3
-    for expected in (Forbidden, Forbidden, Unreachable):
+    assert provider.pending_faults("ops") == 4
+    for expected in (Forbidden, Forbidden, Unreachable, MessageRejected):
         with pytest.raises(expected):
             await provider.post("ops", "x")
     await provider.post("ops", "finally")
@@ -172,8 +173,11 @@ async def test_editing_an_unknown_message_is_not_found(tmp_path: Path) -> None:
 
 async def test_too_long_and_closed_are_provider_errors(tmp_path: Path) -> None:
     provider = quiet(tmp_path)
-    with pytest.raises(ProviderError, match="exceeds the console's max_length 4000"):
+    with pytest.raises(MessageRejected, match="exceeds the console's max_length 4000"):
         await provider.post("ops", "x" * 4001)
+    ref = await provider.post("ops", "fits")
+    with pytest.raises(MessageRejected, match="max_length"):
+        await provider.edit(ref, "x" * 4001)
     await provider.aclose()
     with pytest.raises(Unreachable):
         await provider.post("ops", "x")

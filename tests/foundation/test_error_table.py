@@ -11,6 +11,7 @@ from bridge_core.provider import (
     ConnectionLost,
     Forbidden,
     LedgerAction,
+    MessageRejected,
     NotFound,
     NotifierAction,
     ProviderError,
@@ -27,6 +28,7 @@ EXPECTED = {
     NotFound: (NotifierAction.DROP_REF_REPOST, LedgerAction.RESEND_AS_POST),
     Forbidden: (NotifierAction.MARK_UNHEALTHY, LedgerAction.KEEP_FOR_RECHECK),
     Unreachable: (NotifierAction.GIVE_UP_CHANNEL, LedgerAction.ABANDON),
+    MessageRejected: (NotifierAction.DROP_RENDERING, LedgerAction.ABANDON),
     TransportError: (NotifierAction.BACK_OFF, LedgerAction.RESEND_SCHEDULE),
 }
 
@@ -52,6 +54,21 @@ def test_subclasses_and_strangers_read_as_transient() -> None:
     assert reading_for(ConnectionLost("socket closed")).error is TransportError
     assert reading_for(ValueError("not ours")).error is TransportError
     assert reading_for(ProviderError("unclassified")).error is TransportError
+
+
+def test_a_rejected_message_is_not_a_dead_channel() -> None:
+    rejected, unreachable = reading_for(MessageRejected("too long")), reading_for(Unreachable("x"))
+    assert rejected.error is MessageRejected
+    assert rejected.notifier is not unreachable.notifier  # only Unreachable gives a channel up
+    assert not issubclass(MessageRejected, (Unreachable, TransportError))
+
+
+def test_the_transient_row_is_last_and_is_the_fallback() -> None:
+    # reading_for falls back on the TransportError row wherever it sits in the table.
+    assert ERROR_TABLE[-1].error is TransportError
+    assert reading_for(ProviderError("unclassified")) is next(
+        row for row in ERROR_TABLE if row.error is TransportError
+    )
 
 
 def test_rate_limited_keeps_its_retry_after() -> None:

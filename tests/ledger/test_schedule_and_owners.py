@@ -20,6 +20,7 @@ from bridge_core.ledger.schedule import (
 from bridge_core.provider import (
     ConnectionLost,
     Forbidden,
+    MessageRejected,
     NotFound,
     RateLimited,
     TransportError,
@@ -67,6 +68,8 @@ def row(**changes: object) -> Obligation:
         (0, Forbidden("no access"), State.FAILED, None, False),
         (3, Forbidden("no access"), State.ABANDONED, None, False),
         (0, Unreachable("blocked"), State.ABANDONED, None, False),
+        (0, MessageRejected("msg_too_long"), State.ABANDONED, None, False),
+        (2, MessageRejected("500 on a post"), State.ABANDONED, None, False),
         (3, RateLimited(retry_after=12.5), State.FAILED, 12.5, True),  # never budget-bound
         (0, RateLimited(), State.FAILED, 5.0, True),
     ],
@@ -79,6 +82,18 @@ def test_each_error_reading_maps_to_one_row_change(
     assert change.next_attempt_at == (None if delay is None else NOW + delay)
     assert change.penalty is penalty
     assert type(error).__name__ in change.last_error
+
+
+def test_a_rejected_reply_is_abandoned_with_the_platforms_reason() -> None:
+    change = after_failure(
+        row(),
+        MessageRejected("Slack refused the message: msg_too_long"),
+        now=NOW,
+        schedule=SCHEDULE,
+    )
+    assert change.state is State.ABANDONED and change.next_attempt_at is None
+    assert not change.in_process and not change.penalty
+    assert change.last_error == "MessageRejected: Slack refused the message: msg_too_long"
 
 
 def test_the_marker_is_read_from_the_state_before_the_claim() -> None:

@@ -13,7 +13,13 @@ import anyio
 import pytest
 
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import SLACK_BUDGET, Capabilities, SendBudget
+from bridge_core.provider import (
+    SLACK_BUDGET,
+    Capabilities,
+    MessageRef,
+    MessageRejected,
+    SendBudget,
+)
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.sending import ChannelSender
 from bridge_core.testing.budget import TranscriptEntry, read_transcript
@@ -49,6 +55,28 @@ class Channel:
 ChannelFactory = Callable[..., AbstractAsyncContextManager[Channel]]
 
 
+class RefusingConsole(ConsoleProvider):
+    """A console whose platform refuses (``MessageRejected``) every post or edit whose text
+    contains one of ``refusing``, as a platform refuses a message it finds too long or malformed.
+    The refusal is scripted just before the call, so it shows in the transcript as an error."""
+
+    refusing: set[str]
+
+    def _refuse(self, channel: str, text: str) -> None:
+        for word in self.refusing:
+            if word in text:
+                self.script_fault(channel, MessageRejected(f"the platform refused {word!r}"))
+                return
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        self._refuse(channel, text)
+        return await super().post(channel, text, thread=thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        self._refuse(ref.channel, text)
+        return await super().edit(ref, text)
+
+
 @pytest.fixture
 def open_channel(tmp_path: Path) -> ChannelFactory:
     counter = 0
@@ -60,14 +88,15 @@ def open_channel(tmp_path: Path) -> ChannelFactory:
         capabilities: Capabilities | None = None,
         config: NotifyConfig | None = None,
         seed: int = 7,
+        refusing: set[str] | None = None,
         **caps: Any,
     ) -> AsyncIterator[Channel]:
         nonlocal counter
         counter += 1
         transcript = tmp_path / f"transcript-{counter}.jsonl"
-        provider = ConsoleProvider(
-            ConsoleSettings(transcript=transcript, output="none"), run_prefix=f"r{counter}"
-        )
+        settings = ConsoleSettings(transcript=transcript, output="none")
+        provider = RefusingConsole(settings, run_prefix=f"r{counter}")
+        provider.refusing = refusing if refusing is not None else set()
         if capabilities is not None or caps:
             provider.capabilities = replace(capabilities or provider.capabilities, **caps)
         sender = ChannelSender(provider, channel=CHANNEL, budget=budget, random=random.Random(seed))

@@ -15,6 +15,7 @@ from bridge_core.provider import (
     TEAMS_BUDGET,
     Forbidden,
     MessageRef,
+    MessageRejected,
     NotFound,
     RateLimited,
     SendBudget,
@@ -318,3 +319,93 @@ async def test_a_failing_probe_keeps_the_channel_unhealthy(tmp_path: Path, conso
         await anyio.sleep(301)
         assert not sender.healthy and "probe timed out" in (sender.health_reason or "")
     assert [e.op for e in entries(tmp_path)] == ["error"]
+
+
+async def test_a_rejected_message_fails_alone_and_the_channel_stays_healthy(
+    tmp_path: Path, console
+) -> None:
+    provider = console()
+    outcomes: list[object] = []
+    async with ChannelSender(provider, channel=C, budget=SLACK_BUDGET) as sender:
+        provider.script_fault(C, MessageRejected("msg_too_long"))
+        with pytest.raises(MessageRejected, match="msg_too_long"):
+            await sender.send(Post("far too long"))
+        assert sender.healthy and sender.health_reason is None
+        assert sender.paused_until is None, "a refused message must not pause the channel"
+        ref = await sender.send(Post("the next reply"))
+        assert anyio.current_time() == 0.0
+        provider.script_fault(C, MessageRejected("invalid_blocks"))
+        sender.submit("k", text="refused update", edit=ref, on_outcome=outcomes.append)
+        await anyio.sleep(3)  # the edit waits out the spacing after the post, then is refused
+        sender.submit("other", text="another agent", on_outcome=outcomes.append)
+        await anyio.sleep(1)
+        assert sender.healthy and sender.stats.rejected == 2
+        assert sender.stats.backoffs == 0 and sender.stats.unreachable == 0
+    assert [type(o) for o in outcomes] == [MessageRejected, MessageRef]
+    assert [(e.t, e.op, e.text) for e in entries(tmp_path)] == [
+        (0.0, "error", "far too long"),
+        (0.0, "post", "the next reply"),
+        (2.0, "error", "refused update"),
+        (3.0, "post", "another agent"),
+    ]
+
+
+async def test_a_rejection_is_not_a_channel_failure_for_the_backoff(
+    tmp_path: Path, console
+) -> None:
+    provider = console()
+    budget = SendBudget(burst=1000, per_second=1000.0, edit_spacing=0.0)
+    async with ChannelSender(provider, channel=C, budget=budget, random=random.Random(3)) as sender:
+        for n in range(5):
+            provider.script_fault(C, MessageRejected(f"refused {n}"))
+            with pytest.raises(MessageRejected):
+                await sender.send(Post(f"bad {n}"))
+        provider.script_fault(C, TransportError("503"))
+        sender.submit("k", text="status")
+        await anyio.sleep(120)
+    got = entries(tmp_path)
+    assert [e.op for e in got] == ["error"] * 6 + ["post"]
+    # The transport error after five refusals backs off as a first failure: 1 to 2 s.
+    assert 1.0 <= got[-1].t - got[-2].t <= 2.0
+
+
+class RefusesText(ConsoleProvider):
+    """Refuses posts of one text a number of times (scripted just in time, so other texts sent
+    meanwhile are not affected)."""
+
+    def __init__(self, path: Path, *, text: str, times: int) -> None:
+        super().__init__(ConsoleSettings(transcript=path, output="none"), run_prefix="r")
+        self.refused_text, self.refusals = text, times
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        if text == self.refused_text and self.refusals > 0:
+            self.refusals -= 1
+            self.script_fault(channel, MessageRejected("too long"))
+        return await super().post(channel, text, thread=thread)
+
+
+async def test_a_refused_key_posts_again_no_sooner_than_the_edit_spacing(tmp_path: Path) -> None:
+    provider = RefusesText(tmp_path / "t.jsonl", text="v", times=3)
+    budget = SendBudget(burst=100, per_second=100.0, edit_spacing=2.0)
+    outcomes: list[object] = []
+    async with ChannelSender(provider, channel=C, budget=budget) as sender:
+        # A submitter that resubmits the moment it hears of a refusal (the spin to prevent).
+        def again(outcome: object) -> None:
+            outcomes.append(outcome)
+            if isinstance(outcome, MessageRejected):
+                sender.submit("k", text="v", on_outcome=again)
+
+        sender.submit("k", text="v", on_outcome=again)
+        await anyio.sleep(0.5)
+        sender.submit("other", text="unrelated")
+        await anyio.sleep(10)
+    await provider.aclose()
+    got = entries(tmp_path)
+    assert [(e.t, e.op) for e in got if e.text == "v"] == [
+        (0.0, "error"),
+        (2.0, "error"),
+        (4.0, "error"),
+        (6.0, "post"),
+    ]
+    assert [e.t for e in got if e.text == "unrelated"] == [0.5]  # other keys are not held up
+    assert [type(o) for o in outcomes] == [MessageRejected] * 3 + [MessageRef]

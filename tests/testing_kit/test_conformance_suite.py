@@ -32,6 +32,7 @@ from bridge_core.provider import (
     InboundMessage,
     InboundSink,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -142,7 +143,7 @@ class ToyProvider(ChatProvider):
 
     def refuse_over_long(self, text: str) -> None:
         if len(text) > MAX:
-            raise Unreachable(f"text of {len(text)} characters is over {MAX}: chunk it first")
+            raise MessageRejected(f"text of {len(text)} characters is over {MAX}: chunk it first")
 
     def read_error(self, response: httpx.Response) -> ProviderError:
         code = response.json().get("code") if response.content else None
@@ -152,7 +153,9 @@ class ToyProvider(ChatProvider):
             return NotFound("toy: the message is gone")
         if response.status_code == 403:
             return Forbidden("toy: no access to the channel")
-        if response.status_code in (400, 401, 404, 410):
+        if response.status_code in (400, 413, 422):
+            return MessageRejected(f"toy: refused the message with {code}")
+        if response.status_code in (401, 404, 410):
             return Unreachable(f"toy: refused with {code}")
         return TransportError(f"toy: HTTP {response.status_code}")
 
@@ -258,6 +261,7 @@ def make_harness(toy: FakeToyChat, provider_class: type[ToyProvider]) -> Conform
         Fault.NOT_FOUND: FakeToyChat.refusal(404, "unknown_message"),
         Fault.FORBIDDEN: FakeToyChat.refusal(403, "no_access"),
         Fault.UNREACHABLE: FakeToyChat.refusal(410, "channel_deleted"),
+        Fault.REJECTED: FakeToyChat.refusal(422, "invalid_body"),
         Fault.SERVER_ERROR: FakeToyChat.refusal(502, "bad_gateway"),
         Fault.DROPPED: Reply.dropped(),
         Fault.SLOW: Reply.slow(3.0),
@@ -326,6 +330,12 @@ class Truncates(ToyProvider):
         return await super().post(channel, text[:MAX], thread=thread)
 
 
+class OverLongEndsTheChannel(ToyProvider):
+    def refuse_over_long(self, text: str) -> None:
+        if len(text) > MAX:
+            raise Unreachable(f"text of {len(text)} characters is over {MAX}")
+
+
 class EditReposts(ToyProvider):
     async def edit(self, ref: MessageRef, text: str) -> MessageRef:
         return await self.post(ref.channel, text)
@@ -371,7 +381,9 @@ async def test_catches_a_provider_that_sleeps_on_a_rate_limit(toy: FakeToyChat) 
         await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.RATE_LIMITED, "post")
 
 
-@pytest.mark.parametrize("fault", [Fault.RATE_LIMITED, Fault.NOT_FOUND, Fault.FORBIDDEN])
+@pytest.mark.parametrize(
+    "fault", [Fault.RATE_LIMITED, Fault.NOT_FOUND, Fault.FORBIDDEN, Fault.REJECTED]
+)
 async def test_catches_a_provider_that_maps_errors_wrongly(toy: FakeToyChat, fault: Fault) -> None:
     harness = make_harness(toy, EverythingTransient)
     with pytest.raises(AssertionError, match=f"expected {fault.expected.__name__}"):
@@ -409,6 +421,11 @@ async def test_catches_an_escape_that_lets_everyone_be_pinged(toy: FakeToyChat) 
 async def test_catches_truncation_instead_of_refusal(toy: FakeToyChat) -> None:
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         await SUITE.test_over_long_text_is_refused(make_harness(toy, Truncates))
+
+
+async def test_catches_over_long_text_refused_as_a_dead_channel(toy: FakeToyChat) -> None:
+    with pytest.raises(AssertionError, match="MessageRejected"):
+        await SUITE.test_over_long_text_is_refused(make_harness(toy, OverLongEndsTheChannel))
 
 
 async def test_catches_an_edit_that_posts_a_new_message(toy: FakeToyChat) -> None:

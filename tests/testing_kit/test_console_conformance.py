@@ -16,6 +16,7 @@ import pytest
 from bridge_core.hookspecs import ProviderContext, ProviderType
 from bridge_core.provider import (
     Forbidden,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -39,6 +40,7 @@ _ERRORS: dict[Fault, ProviderError] = {
     Fault.NOT_FOUND: NotFound("console message gone"),
     Fault.FORBIDDEN: Forbidden("console channel closed"),
     Fault.UNREACHABLE: Unreachable("console channel deleted"),
+    Fault.REJECTED: MessageRejected("console refused this message"),
     Fault.SERVER_ERROR: TransportError("console 5xx"),
     Fault.DROPPED: TransportError("console connection dropped"),
     Fault.SLOW: TransportError("console timeout"),

@@ -10,6 +10,7 @@ import pytest
 import respx
 from bridge_core import (
     Forbidden,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -111,9 +112,14 @@ async def test_a_429_with_an_http_date_and_without_a_header() -> None:
         (failure("channel_archived", 410), Unreachable),
         (failure("bot_blocked", 403), Unreachable),
         (failure("token_revoked", 401), Unreachable),
-        (failure("text_too_long", 400), Unreachable),
+        (failure("text_too_long", 400), MessageRejected),
+        (failure("invalid_request", 400), MessageRejected),
         (failure("service_unavailable", 503), TransportError),
         (httpx.Response(401), Unreachable),
+        (httpx.Response(410), Unreachable),
+        (httpx.Response(400), MessageRejected),
+        (httpx.Response(413), MessageRejected),
+        (httpx.Response(422), MessageRejected),
         (httpx.Response(403), Forbidden),
         (httpx.Response(404), NotFound),
         (httpx.Response(500, text="oops"), TransportError),

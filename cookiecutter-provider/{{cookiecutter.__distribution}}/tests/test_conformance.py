@@ -31,6 +31,7 @@ class Test{{ cookiecutter.__class_prefix }}Conformance(ProviderConformance):
                 Fault.NOT_FOUND: error("message_not_found", 404),
                 Fault.FORBIDDEN: error("not_in_channel", 403),
                 Fault.UNREACHABLE: error("channel_not_found", 404),
+                Fault.REJECTED: error("invalid_request", 400),
                 Fault.SERVER_ERROR: error("service_unavailable", 503),
                 Fault.DROPPED: Reply.dropped(),
                 Fault.SLOW: Reply.slow(TIMEOUT * 4),  # no answer within the provider's timeout

@@ -8,8 +8,13 @@ so this module's one job is to classify every answer correctly. The core's hiera
     ├── RateLimited       429 (retry_after from Retry-After), code "rate_limited"
     ├── NotFound          the message is gone (an edit target)
     ├── Forbidden         the bot lost access to the channel (re-checked every 5 minutes)
-    ├── Unreachable       permanent: channel gone, token refused, a request that can never succeed
+    ├── Unreachable       permanent: channel gone, token refused (the core stops the channel)
+    ├── MessageRejected   this message was refused (400, 413, 422: too long, malformed); the
+    │                     channel is fine, so only this message is dropped
     └── TransportError    transient: network failure, timeout, 5xx, anything unrecognised
+
+Ask of every refusal whether the next message would meet it too: if so it is ``Unreachable``,
+if it is about this message only it is ``MessageRejected``.
 
 FILL IN: replace ``CODE_TO_ERROR`` with your platform's documented error codes, and
 ``_code_of`` with where your platform puts the code in an error body.
@@ -24,6 +29,7 @@ from typing import Any
 import httpx
 from bridge_core import (
     Forbidden,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -49,8 +55,8 @@ CODE_TO_ERROR: dict[str, type[ProviderError]] = {
     "bot_blocked": Unreachable,
     "token_revoked": Unreachable,
     "not_authed": Unreachable,
-    "text_too_long": Unreachable,
-    "invalid_request": Unreachable,
+    "text_too_long": MessageRejected,
+    "invalid_request": MessageRejected,
     "internal_error": TransportError,
     "service_unavailable": TransportError,
 }
@@ -109,8 +115,10 @@ def error_from_response(response: httpx.Response, *, where: str) -> ProviderErro
         return Forbidden(message)
     if status == 404:
         return NotFound(message)
-    if status in (400, 410, 413, 422):
-        return Unreachable(f"{message}; resending will not help")
+    if status in (400, 413, 422):
+        return MessageRejected(f"{message}; the message was refused, resending it will not help")
+    if status == 410:
+        return Unreachable(f"{message}; the channel is gone")
     # 408, 5xx and anything unrecognised: transient, retried a bounded number of times.
     return TransportError(message)
 

@@ -14,6 +14,7 @@ from bridge_core import (
     ChatProvider,
     Forbidden,
     MessageRef,
+    MessageRejected,
     NotFound,
     Unreachable,
 )
@@ -68,7 +69,8 @@ class {{ cookiecutter.__class_prefix }}Provider(ChatProvider):
         size = measure(text, LENGTH_UNIT)
         if size > MAX_LENGTH:
             # The core chunks before posting, so this is a caller's bug; never truncate silently.
-            raise Unreachable(
+            # MessageRejected drops this one message; the channel carries on.
+            raise MessageRejected(
                 f"text is {size} {LENGTH_UNIT.value}, over {{ cookiecutter.provider_name }}'s "
                 f"{MAX_LENGTH}: chunk it with bridge_core.text.prepare before posting"
             )

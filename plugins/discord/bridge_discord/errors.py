@@ -7,11 +7,16 @@ the more precise of the two, so it is read first and the status is the fallback:
     10003 Unknown Channel, 10015 Unknown Webhook, 401 -> Unreachable
     10008 Unknown Message, 30046 too many edits to an old message -> NotFound
     50001 Missing Access, 50013 Missing Permissions, 50083 archived thread, 403 -> Forbidden
-    50035 Invalid Form Body, other 4xx -> Unreachable (resending the same body cannot help)
+    50035 Invalid Form Body, 50006 empty message, 50109 invalid JSON, 40005 entity too large,
+    other 400, 413, 422 -> MessageRejected (this body was refused; the channel is fine)
+    other 4xx -> Unreachable (a request this bot can never make here)
     5xx, network errors, timeouts -> TransportError
 
 30046 reads as ``NotFound`` on purpose: a live message that can no longer be edited is best
 replaced by a new one, which is what the notifier and the ledger do with ``NotFound``.
+Refusals of the body read as ``MessageRejected`` (ADR 0017): the notifier drops that rendering and
+the ledger that reply, and the channel keeps serving every other message; before ADR 0017 they
+read as ``Unreachable`` and one malformed message gave up the whole channel.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import discord
 
 from bridge_core import (
     Forbidden,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -35,11 +41,18 @@ CODE_TABLE: dict[int, tuple[type[ProviderError], str]] = {
     10008: (NotFound, "Unknown Message: the message was deleted"),
     10015: (Unreachable, "Unknown Webhook"),
     30046: (NotFound, "too many edits to a message older than an hour; post a new one"),
+    40005: (MessageRejected, "Request entity too large: the message body is over the limit"),
     50001: (Forbidden, "Missing Access: the bot cannot see the channel"),
+    50006: (MessageRejected, "Cannot send an empty message"),
     50013: (Forbidden, "Missing Permissions: the bot may not send in the channel"),
-    50035: (Unreachable, "Invalid Form Body: Discord rejected the message as sent"),
+    50035: (MessageRejected, "Invalid Form Body: Discord rejected the message as sent"),
     50083: (Forbidden, "the thread is archived"),
+    50109: (MessageRejected, "the request body is not valid JSON"),
 }
+
+
+_BODY_STATUSES = frozenset({400, 413, 422})
+"""Statuses that refuse the request's body, read when the JSON ``code`` is not in the table."""
 
 
 def _retry_after_header(error: discord.HTTPException) -> float | None:
@@ -86,6 +99,8 @@ def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
             return NotFound(f"Discord refused {where}: not found ({detail})")
         if status >= 500:
             return TransportError(f"Discord failed {where} with a server error ({detail})")
+        if status in _BODY_STATUSES:
+            return MessageRejected(f"Discord refused the message in {where} ({detail})")
         return Unreachable(f"Discord refused {where} ({detail}); resending will not help")
     if isinstance(error, TimeoutError):
         return TransportError(f"Discord did not answer {where} in time")

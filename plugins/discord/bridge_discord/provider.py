@@ -24,6 +24,7 @@ from bridge_core import (
     Forbidden,
     InboundSink,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -160,7 +161,7 @@ class DiscordProvider(ChatProvider):
     def _check_length(self, text: str) -> None:
         size = measure(text, CAPABILITIES.length_unit)
         if size > MAX_LENGTH:
-            raise Unreachable(
+            raise MessageRejected(
                 f"text is {size} UTF-16 units, over Discord's {MAX_LENGTH}: "
                 "chunk it with bridge_core.text.prepare before posting"
             )

@@ -81,6 +81,7 @@ class TestDiscordConformance(ProviderConformance):
                 Fault.NOT_FOUND: FakeDiscord.error(404, 10008, "Unknown Message"),
                 Fault.FORBIDDEN: FakeDiscord.error(403, 50013, "Missing Permissions"),
                 Fault.UNREACHABLE: FakeDiscord.error(404, 10003, "Unknown Channel"),
+                Fault.REJECTED: FakeDiscord.error(400, 50035, "Invalid Form Body"),
                 # 503 is not among the statuses discord.py resends, so the test stays quick.
                 Fault.SERVER_ERROR: FakeDiscord.error(503, 0, "Service Unavailable"),
                 Fault.DROPPED: Reply.dropped(),

@@ -11,6 +11,7 @@ from bridge_discord import DiscordProvider, DiscordSettings
 from bridge_core import (
     Forbidden,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -193,6 +194,60 @@ async def test_too_many_old_edits_reads_as_not_found(
         await provider.edit(ref, "once more")
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [
+        (400, 50035, "Invalid Form Body"),
+        (400, 50006, "Cannot send an empty message"),
+        (400, 50109, "The request body contains invalid JSON."),
+        (413, 40005, "Request entity too large"),
+        (400, 0, "Bad Request"),  # a code we do not know: the status says it is the body
+        (422, 0, "Unprocessable Entity"),
+    ],
+)
+@pytest.mark.parametrize("operation", ["post", "edit"])
+async def test_a_refused_body_is_rejected_and_the_channel_carries_on(
+    fake: FakeDiscord,
+    provider: DiscordProvider,
+    channel: int,
+    status: int,
+    code: int,
+    message: str,
+    operation: str,
+) -> None:
+    ref = await provider.post(str(channel), "before")
+    route = "create_message" if operation == "post" else "edit_message"
+    fake.script(route, FakeDiscord.error(status, code, message))
+    with pytest.raises(ProviderError) as caught:
+        if operation == "post":
+            await provider.post(str(channel), "refused")
+        else:
+            await provider.edit(ref, "refused")
+    assert type(caught.value) is MessageRejected, f"{status}/{code} must not give the channel up"
+    assert f"HTTP {status}" in str(caught.value)
+    await provider.post(str(channel), "after")
+    assert [m["content"] for m in fake.messages_in(channel)] == ["before", "after"]
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [(401, 0, "401: Unauthorized"), (404, 10003, "Unknown Channel"), (405, 0, "Not Allowed")],
+)
+async def test_a_dead_channel_or_token_stays_unreachable(
+    fake: FakeDiscord,
+    provider: DiscordProvider,
+    channel: int,
+    status: int,
+    code: int,
+    message: str,
+) -> None:
+    await provider.post(str(channel), "warm up")
+    fake.script("create_message", FakeDiscord.error(status, code, message))
+    with pytest.raises(ProviderError) as caught:
+        await provider.post(str(channel), "refused")
+    assert type(caught.value) is Unreachable
+
+
 async def test_server_error_is_transport(
     fake: FakeDiscord, provider: DiscordProvider, channel: int
 ) -> None:
@@ -216,12 +271,12 @@ async def test_dropped_connection_is_transport(
 async def test_over_long_text_is_refused_before_sending(
     fake: FakeDiscord, provider: DiscordProvider, channel: int
 ) -> None:
-    with pytest.raises(Unreachable, match="chunk it"):
+    with pytest.raises(MessageRejected, match="chunk it"):
         await provider.post(str(channel), "x" * 2001)
     assert fake.count("create_message") == 0
     # 2,000 UTF-16 units fit; an astral character counts twice.
     await provider.post(str(channel), "x" * 2000)
-    with pytest.raises(Unreachable):
+    with pytest.raises(MessageRejected):
         await provider.post(str(channel), "\N{GRINNING FACE}" * 1001)
 
 

@@ -23,9 +23,9 @@ not_authed, invalid_auth,                   credentials are; never retried
 account_inactive,
 token_revoked,
 token_expired,
-no_text, msg_too_long,    Unreachable       Slack refused the message itself: resending
-invalid_arguments,                          the same text cannot succeed
-invalid_blocks
+no_text, msg_too_long,    MessageRejected   Slack refused the message itself: resending
+invalid_arguments,                          the same text cannot succeed, but the channel
+invalid_blocks                              is fine, so only that message is dropped
 fatal_error,              TransportError    Slack's own failure: resend later
 internal_error,
 service_unavailable,
@@ -45,6 +45,7 @@ from typing import Any
 
 from bridge_core.provider import (
     Forbidden,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -77,10 +78,10 @@ SLACK_ERRORS: Mapping[str, tuple[type[ProviderError], str]] = {
     "account_inactive": (Unreachable, f"the bot's account is deactivated: {_AUTH}"),
     "token_revoked": (Unreachable, f"the token was revoked: {_AUTH}"),
     "token_expired": (Unreachable, f"the token expired: {_AUTH}"),
-    "no_text": (Unreachable, "the message had no text"),
-    "msg_too_long": (Unreachable, "the message was over Slack's 40,000 characters"),
-    "invalid_arguments": (Unreachable, "Slack refused the request's arguments"),
-    "invalid_blocks": (Unreachable, "Slack refused the message's blocks"),
+    "no_text": (MessageRejected, "the message had no text"),
+    "msg_too_long": (MessageRejected, "the message was over Slack's 40,000 characters"),
+    "invalid_arguments": (MessageRejected, "Slack refused the request's arguments"),
+    "invalid_blocks": (MessageRejected, "Slack refused the message's blocks"),
     "fatal_error": (TransportError, "Slack failed internally; resend later"),
     "internal_error": (TransportError, "Slack failed internally; resend later"),
     "service_unavailable": (TransportError, "Slack is unavailable; resend later"),

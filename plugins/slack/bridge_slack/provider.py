@@ -25,6 +25,7 @@ from bridge_core.provider import (
     HttpRoute,
     InboundSink,
     MessageRef,
+    MessageRejected,
     ProviderError,
     TransportError,
     Unreachable,
@@ -163,7 +164,7 @@ class SlackProvider(ChatProvider):
 
     def _refuse_over_long(self, text: str) -> None:
         if len(text) > SLACK_CHUNK:
-            raise Unreachable(
+            raise MessageRejected(
                 f"Slack text of {len(text)} characters is over the declared maximum of "
                 f"{SLACK_CHUNK}: chunk it with bridge_core.text.prepare first"
             )

@@ -34,6 +34,7 @@ class TestSlackConformance(ProviderConformance):
             Fault.NOT_FOUND: FakeSlack.error("message_not_found"),
             Fault.FORBIDDEN: FakeSlack.error("not_in_channel"),
             Fault.UNREACHABLE: FakeSlack.error("channel_not_found"),
+            Fault.REJECTED: FakeSlack.error("invalid_arguments"),
             Fault.SERVER_ERROR: FakeSlack.server_error(503),
             Fault.DROPPED: Reply.dropped(),
             Fault.SLOW: Reply.slow(3.0),  # past the 0.5 s timeout in slack_settings

@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 from bridge_slack import SLACK_CHUNK, SLACK_ERRORS, SlackProvider, SlackSettings, provider_type
+from bridge_slack.errors import map_slack_error
 from pydantic import ValidationError
 
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.provider import (
     Forbidden,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -87,6 +89,44 @@ async def test_every_documented_error_maps_onto_the_taxonomy(
     assert type(caught.value) is expected
     assert code in str(caught.value)
     assert "chat.update" in str(caught.value) and "C0GENERAL" in str(caught.value)
+
+
+@pytest.mark.parametrize("code", ["no_text", "msg_too_long", "invalid_arguments", "invalid_blocks"])
+@pytest.mark.parametrize("operation", ["post", "edit"])
+async def test_a_refused_message_is_rejected_and_the_channel_carries_on(
+    provider: SlackProvider, fake_slack: FakeSlack, code: str, operation: str
+) -> None:
+    async with provider:
+        ref = await provider.post("C0GENERAL", "before")
+        method = "chat.postMessage" if operation == "post" else "chat.update"
+        fake_slack.script(method, FakeSlack.error(code))
+        with pytest.raises(ProviderError) as caught:
+            if operation == "post":
+                await provider.post("C0GENERAL", "refused")
+            else:
+                await provider.edit(ref, "refused")
+        assert type(caught.value) is MessageRejected, f"{code} must not give the channel up"
+        assert code in str(caught.value)
+        await provider.post("C0GENERAL", "after")
+    assert fake_slack.texts("C0GENERAL") == ["before", "after"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "channel_not_found",
+        "not_authed",
+        "invalid_auth",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+    ],
+)
+def test_a_dead_channel_or_credential_stays_unreachable(code: str) -> None:
+    error = map_slack_error(
+        method="chat.postMessage", channel="C1", status=200, code=code, headers=None
+    )
+    assert type(error) is Unreachable
 
 
 @pytest.mark.parametrize(
@@ -168,9 +208,9 @@ async def test_over_long_text_is_refused_before_any_request(
 ) -> None:
     async with provider:
         await provider.post("C0GENERAL", "a" * SLACK_CHUNK)
-        with pytest.raises(Unreachable, match="chunk"):
+        with pytest.raises(MessageRejected, match="chunk"):
             await provider.post("C0GENERAL", "a" * (SLACK_CHUNK + 1))
-        with pytest.raises(Unreachable, match="chunk"):
+        with pytest.raises(MessageRejected, match="chunk"):
             await provider.edit(MessageRef("C0GENERAL", "1.1"), "b" * (SLACK_CHUNK + 1))
     assert fake_slack.count() == 1
 
@@ -246,5 +286,6 @@ def test_every_error_class_in_the_table_is_a_provider_error() -> None:
         NotFound,
         Forbidden,
         Unreachable,
+        MessageRejected,
         TransportError,
     }

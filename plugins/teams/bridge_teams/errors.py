@@ -5,15 +5,21 @@ raises them as ``ErrorResponseException`` (``.response`` is the ``requests.Respo
 
     429 Throttled (Retry-After)                           -> RateLimited(retry_after)
     412 PreconditionFailed, 502, 503, 504, network        -> TransportError (retry with backoff)
-    500 ServiceError on a post                            -> Unreachable (Microsoft: do not retry;
-                                                             the message may exist already)
+    500 ServiceError on a post                            -> MessageRejected (Microsoft: do not
+                                                             retry; it may have been posted)
     500 on an edit                                        -> TransportError (a PUT is idempotent)
     403 BotDisabledByAdmin, ConversationBlockedByUser     -> Unreachable
     403 BotNotInConversationRoster, NotEnoughPermissions  -> Forbidden (the bot may be re-added)
     404 ActivityNotFoundInConversation                    -> NotFound
     404 ConversationNotFound                              -> Unreachable
-    413 MessageSizeTooBig, 400, 401, other 4xx            -> Unreachable
+    413 MessageSizeTooBig, 400, 422 (the body)            -> MessageRejected
+    401, other 4xx                                        -> Unreachable
     token service refusing the app id and password        -> Unreachable
+
+``MessageRejected`` (ADR 0017) drops that one message and keeps the channel: a refused body, or a
+post that must not be sent again, says nothing about the next message. A 500 on a post belongs
+there rather than with ``Unreachable`` (which would stop the whole channel for one lost answer)
+or ``TransportError`` (whose resend may duplicate a message Teams already shows).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from msrest.exceptions import ClientRequestError, HttpOperationError
 
 from bridge_core import (
     Forbidden,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -44,10 +51,11 @@ CODE_TABLE: dict[str, tuple[type[ProviderError], str]] = {
     "NotEnoughPermissions": (Forbidden, "the bot lacks permission in the conversation"),
     "ActivityNotFoundInConversation": (NotFound, "the message was deleted"),
     "ConversationNotFound": (Unreachable, "the conversation does not exist"),
-    "MessageSizeTooBig": (Unreachable, "the message is over Teams' size limit"),
+    "MessageSizeTooBig": (MessageRejected, "the message is over Teams' size limit"),
 }
 
 _TRANSIENT_STATUSES = frozenset({408, 412, 502, 503, 504})
+_BODY_STATUSES = frozenset({400, 413, 422})
 
 
 def _code_of(error: HttpOperationError) -> str:
@@ -97,7 +105,7 @@ def map_teams_error(error: BaseException, *, operation: Operation, where: str) -
         if status == 500:
             if operation == "edit":
                 return TransportError(f"Teams failed {where} ({detail})")
-            return Unreachable(
+            return MessageRejected(
                 f"Teams failed {where} ({detail}); not resent, as Microsoft advises for 500 "
                 "(the message may have been posted)"
             )
@@ -111,6 +119,8 @@ def map_teams_error(error: BaseException, *, operation: Operation, where: str) -
             return Unreachable(f"Teams refused {where}: bad credentials ({detail})")
         if status >= 500:
             return TransportError(f"Teams failed {where} ({detail})")
+        if status in _BODY_STATUSES:
+            return MessageRejected(f"Teams refused the message in {where} ({detail})")
         return Unreachable(f"Teams refused {where} ({detail}); resending will not help")
     if isinstance(error, (ClientRequestError, requests.RequestException, OSError, TimeoutError)):
         return TransportError(f"network failure during Teams {where}: {type(error).__name__}")

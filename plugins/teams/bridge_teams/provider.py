@@ -30,6 +30,7 @@ from bridge_core import (
     KeyValueStore,
     LengthUnit,
     MessageRef,
+    MessageRejected,
     ProviderError,
     TransportError,
     Unreachable,
@@ -137,7 +138,7 @@ class TeamsProvider(ChatProvider):
     def _check_length(self, text: str) -> None:
         size = measure(text, LengthUnit.BYTES)
         if size > MAX_TEXT_BYTES:
-            raise Unreachable(
+            raise MessageRejected(
                 f"text is {size} UTF-8 bytes, over the {MAX_TEXT_BYTES} this provider sends "
                 "in one Teams message: chunk it with bridge_core.text.prepare before posting"
             )

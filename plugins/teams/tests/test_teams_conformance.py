@@ -38,6 +38,7 @@ class TestTeamsConformance(ProviderConformance):
                 Fault.NOT_FOUND: FakeTeams.error(404, "ActivityNotFoundInConversation"),
                 Fault.FORBIDDEN: FakeTeams.error(403, "BotNotInConversationRoster"),
                 Fault.UNREACHABLE: FakeTeams.error(403, "BotDisabledByAdmin"),
+                Fault.REJECTED: FakeTeams.error(400, "BadArgument"),
                 Fault.SERVER_ERROR: FakeTeams.error(503, "ServiceUnavailable"),
                 Fault.DROPPED: Reply.dropped(),
                 Fault.SLOW: Reply.slow(3.0),

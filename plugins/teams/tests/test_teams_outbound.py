@@ -13,6 +13,7 @@ from bridge_teams import TeamsProvider, TeamsSettings
 from bridge_core import (
     Forbidden,
     MessageRef,
+    MessageRejected,
     NotFound,
     ProviderError,
     RateLimited,
@@ -71,11 +72,14 @@ async def test_reply_chain_is_the_thread(
         (FakeTeams.error(503, "ServiceUnavailable"), TransportError, "503"),
         (FakeTeams.error(502, "BadGateway"), TransportError, "502"),
         (FakeTeams.error(412, "PreconditionFailed"), TransportError, "412"),
-        (FakeTeams.error(500, "ServiceError"), Unreachable, "not resent"),
+        (FakeTeams.error(500, "ServiceError"), MessageRejected, "not resent"),
         (FakeTeams.error(403, "BotDisabledByAdmin"), Unreachable, "disabled"),
         (FakeTeams.error(403, "NotEnoughPermissions"), Forbidden, "permission"),
-        (FakeTeams.error(413, "MessageSizeTooBig"), Unreachable, "size"),
-        (FakeTeams.error(400, "BadArgument"), Unreachable, "400"),
+        (FakeTeams.error(413, "MessageSizeTooBig"), MessageRejected, "size"),
+        (FakeTeams.error(413, "RequestEntityTooLarge"), MessageRejected, "413"),
+        (FakeTeams.error(400, "BadArgument"), MessageRejected, "400"),
+        (FakeTeams.error(422, "BadSyntax"), MessageRejected, "422"),
+        (FakeTeams.error(405, "MethodNotAllowed"), Unreachable, "405"),
         (Reply.dropped(), TransportError, "network"),
     ],
 )
@@ -90,6 +94,7 @@ async def test_post_faults_are_mapped_and_never_resent(
     fake.script("send_activity", reply)
     with pytest.raises(expected, match=match) as caught:
         await provider.post(channel, "once")
+    assert type(caught.value) is expected
     # The SDK's exception (its response's request holds the token) is never chained.
     assert caught.value.__cause__ is None and caught.value.__context__ is None
     assert fake.count("send_activity") == 1, "msrest must not resend behind the ledger's back"
@@ -104,6 +109,31 @@ async def test_edit_500_is_transient(
     with pytest.raises(TransportError):
         await provider.edit(ref, "v2")
     assert fake.count("update_activity") == 1
+
+
+@pytest.mark.parametrize(
+    ("operation", "reply"),
+    [
+        ("post", FakeTeams.error(500, "ServiceError")),
+        ("post", FakeTeams.error(413, "MessageSizeTooBig")),
+        ("post", FakeTeams.error(400, "BadArgument")),
+        ("edit", FakeTeams.error(413, "MessageSizeTooBig")),
+        ("edit", FakeTeams.error(400, "BadArgument")),
+    ],
+)
+async def test_a_rejected_message_leaves_the_channel_working(
+    fake: FakeTeams, provider: TeamsProvider, channel: str, operation: str, reply: Reply
+) -> None:
+    ref = await provider.post(channel, "before")
+    fake.script("send_activity" if operation == "post" else "update_activity", reply)
+    with pytest.raises(ProviderError) as caught:
+        if operation == "post":
+            await provider.post(channel, "refused")
+        else:
+            await provider.edit(ref, "refused")
+    assert type(caught.value) is MessageRejected
+    await provider.post(channel, "after")
+    assert fake.texts(channel) == ["before", "after"]
 
 
 async def test_throttled_surfaces_retry_after_at_once(
@@ -174,7 +204,7 @@ async def test_wrong_password_is_unreachable_and_never_shown(
 async def test_over_long_text_is_refused_before_sending(
     fake: FakeTeams, provider: TeamsProvider, channel: str
 ) -> None:
-    with pytest.raises(Unreachable, match="chunk it"):
+    with pytest.raises(MessageRejected, match="chunk it"):
         await provider.post(channel, "é" * 4001)  # 8,002 bytes
     assert fake.count("send_activity") == 0
     # The worst case for JSON's ASCII escapes still fits Teams' payload cap.
