@@ -5,11 +5,9 @@ console provider, on virtual time."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
-import trio.testing
 
 from bridge_core.ledger import (
     Delivery,
@@ -23,15 +21,13 @@ from bridge_core.provider import SLACK_BUDGET, MessageRef, MessageRejected
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.sending import ChannelSender, Post, Priority
 from bridge_core.testing.budget import read_transcript
+from bridge_core.testing.clock import anyio_backend
+
+__all__ = ["anyio_backend"]
 
 pytestmark = pytest.mark.anyio
 
 BASE = 1_800_000_000.0
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
 
 
 def reply(answers: str, text: str) -> Reply:
