@@ -27,7 +27,10 @@ How the runtime uses it::
 ``deliver(delivery)`` posts ``delivery.text`` (the part, after the recovery marker when the send
 may be a duplicate) to ``delivery.channel`` / ``delivery.thread`` and returns the ``MessageRef``;
 it raises ``ProviderError`` subclasses, read through ``bridge_core.provider.ERROR_TABLE``. The
-runtime chunks replies leaving ``MARKER_HEADROOM`` characters free in each part.
+runtime chunks replies leaving ``MARKER_HEADROOM`` characters free in each part. When
+``deliver`` waits for the channel's turn (a paced sender), build the ledger with
+``deliver_begins=True`` and have ``deliver`` await ``delivery.begin()`` right before the platform
+call: the row is claimed then, so a reply still queued at a crash goes out clean, unlabelled.
 ``DisabledLedger(deliver=...)`` has the same calls and records nothing (``delivery_ledger =
 false``). ``key_value_store(store)`` gives the providers' key-value store kept beside the ledger
 (``bridge_core.provider.KeyValueStore``).
@@ -40,6 +43,8 @@ at once; three resends and 24 h of freshness, then abandoned; delivered rows pru
 Exception hierarchy::
 
     LedgerError      a store could not be opened or used (bad URL, unreadable file, schema)
+    ClaimLost        raised by ``Delivery.begin()``: another claimer took the row while the
+                     reply waited for its turn (the delivery function sends nothing)
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from bridge_core.ledger.engine import DeliveryLedger, DisabledLedger, SweepRepor
 from bridge_core.ledger.kv import key_value_store
 from bridge_core.ledger.memory import MemoryBackend, MemoryLedgerStore
 from bridge_core.ledger.model import (
+    ClaimLost,
     Deliver,
     Delivery,
     LedgerError,
@@ -70,6 +76,7 @@ __all__ = [
     "MARKER",
     "MARKER_HEADROOM",
     "MARKER_PARTIAL",
+    "ClaimLost",
     "Deliver",
     "Delivery",
     "DeliveryLedger",

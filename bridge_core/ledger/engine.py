@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from bridge_core.ledger.model import Deliver, Delivery, Obligation, Reply, State
+from bridge_core.ledger.model import ClaimLost, Deliver, Delivery, Obligation, Reply, State
 from bridge_core.ledger.rows import new_row
 from bridge_core.ledger.schedule import (
     Abandon,
@@ -29,7 +29,7 @@ from bridge_core.ledger.schedule import (
     verdict_at_claim,
 )
 from bridge_core.ledger.store import CLAIMABLE_STATES, LedgerStore, Scope
-from bridge_core.provider import ProviderError
+from bridge_core.provider import LedgerAction, ProviderError, reading_for
 
 __all__ = ["DeliveryLedger", "DisabledLedger", "SweepReport"]
 
@@ -71,6 +71,11 @@ class DeliveryLedger:
     ``profiles``: the bot profiles this process serves; it claims only their rows.
     ``connected``: whether a platform is connected now; rows of a disconnected platform are
     left alone (they keep their attempts) until ``redeliver_failed(platform)``.
+    ``deliver_begins``: ``deliver`` awaits ``delivery.begin()`` right before its platform call,
+    after any wait for the channel's turn (a paced sender), and the row is claimed there rather
+    than before ``deliver`` is called. A reply still queued behind its channel's pacing when
+    the process dies is then ``pending``, not ``attempting``, and goes out clean after the
+    restart instead of labelled as a possible duplicate.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class DeliveryLedger:
         connected: Callable[[str], bool] = lambda platform: True,
         schedule: Schedule | None = None,
         clock: Callable[[], float] = time.time,
+        deliver_begins: bool = False,
     ) -> None:
         if not profiles:
             raise ValueError("DeliveryLedger needs at least one profile to serve")
@@ -91,8 +97,13 @@ class DeliveryLedger:
         self._connected = connected
         self.schedule = schedule if schedule is not None else Schedule()
         self._clock = clock
+        self._deliver_begins = deliver_begins
         self._timers: list[tuple[float, str, int]] = []  # (due on anyio's clock, id, fence)
         self._wake: anyio.Event | None = None  # set while the timer task waits
+        # Ids this ledger is sending now: a second attempt at one of them (``deliver_now`` on a
+        # row already in flight here) would pass the claim (this owner may claim its own rows)
+        # and send a second, labelled copy.
+        self._sending: set[str] = set()
 
     # ------------------------------------------------------------------ recording and sending
 
@@ -131,7 +142,7 @@ class DeliveryLedger:
 
     async def _attempt(self, row: Obligation) -> _Outcome:
         """Claim and send one row."""
-        if not self._connected(row.platform):
+        if not self._connected(row.platform) or row.id in self._sending:
             return _Outcome("skipped")
         now = self._clock()
         verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
@@ -141,12 +152,22 @@ class DeliveryLedger:
                 log.warning("ledger: abandoned %s: %s", row.id, verdict.reason)
                 return _Outcome("abandoned", row=gone)
             return _Outcome("skipped")
-        claimed = await self.store.claim(row.id, fence=row.fence, now=now)
-        if claimed is None:
-            return _Outcome("skipped")
-        return await self._send(claimed, marked=verdict.marked)
+        self._sending.add(row.id)
+        try:
+            if self._deliver_begins:
+                return await self._send(_ClaimOnBegin(self, row), marked=verdict.marked)
+            claimed = await self.store.claim(row.id, fence=row.fence, now=now)
+            if claimed is None:
+                return _Outcome("skipped")
+            return await self._send(claimed, marked=verdict.marked)
+        finally:
+            self._sending.discard(row.id)
 
-    async def _send(self, row: Obligation, *, marked: bool) -> _Outcome:
+    async def _send(self, held: Obligation | _ClaimOnBegin, *, marked: bool) -> _Outcome:
+        """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
+        first part's ``begin()`` makes; the later parts go out under the same claim."""
+        claim = held if isinstance(held, _ClaimOnBegin) else None
+        row = held.row if isinstance(held, _ClaimOnBegin) else held
         first = len(row.delivered)
         parts = len(row.chunks)
         current: Obligation | None = row
@@ -162,16 +183,26 @@ class DeliveryLedger:
                 marker=marker_for(first_part=first) if marked and part == first else None,
                 part=part,
                 parts=parts,
-                fence=row.fence,
-                attempt=row.attempts,
+                # a claim bumps both by one, so these are the claim's even before it is made
+                fence=row.fence + (claim is not None),
+                attempt=row.attempts + (claim is not None),
+                claim_on_begin=claim.begin if claim is not None and part == first else None,
             )
             try:
                 ref = await self._deliver(delivery)
-            except ProviderError as error:
-                return await self._failed(row, error, marked=marked)
-            except Exception as error:  # an unclassified error reads as transient
-                log.exception("ledger: delivery of %s raised a non-provider error", row.id)
-                return await self._failed(row, error, marked=marked)
+            except ClaimLost:
+                return _Outcome("skipped")
+            except Exception as error:
+                if claim is not None and claim.claimed is None:
+                    return await self._refused_before_turn(row, error)
+                if not isinstance(error, ProviderError):  # unclassified: reads as transient
+                    log.exception("ledger: delivery of %s raised a non-provider error", row.id)
+                return await self._failed(row if claim is None else claim.held, error, marked)
+            if claim is not None:
+                if claim.claimed is None and not await self._claim_late(claim):
+                    return _Outcome("skipped", marked)
+                row = claim.held
+                claim = None
             now = self._clock()
             if part + 1 < parts:
                 current = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
@@ -184,7 +215,44 @@ class DeliveryLedger:
                 return _Outcome("skipped", marked)
         return _Outcome("delivered", marked, current)
 
-    async def _failed(self, row: Obligation, error: BaseException, *, marked: bool) -> _Outcome:
+    async def _refused_before_turn(self, row: Obligation, error: BaseException) -> _Outcome:
+        """``deliver`` failed before its ``begin()``: nothing reached the platform, so the row
+        stays as it was (clean) and is tried again after the first resend delay (an unhealthy
+        channel, a stopping sender), or abandoned when the error says it never can be sent."""
+        if reading_for(error).ledger is LedgerAction.ABANDON:
+            now = self._clock()
+            reason = f"{type(error).__name__}: {error}"[:500]
+            gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=reason)
+            if gone is None:
+                return _Outcome("skipped")
+            log.warning("ledger: abandoned %s before its send: %s", row.id, reason)
+            return _Outcome("abandoned", row=gone)
+        log.warning("ledger: %s was refused before its send (%r); will try again", row.id, error)
+        if self.schedule.resend_delays:
+            self._add_timer(self.schedule.resend_delays[0], row.id, row.fence)
+        return _Outcome("failed", row=row)
+
+    async def _claim_late(self, claim: _ClaimOnBegin) -> bool:
+        """``deliver`` sent without awaiting ``begin()`` (a bug of the delivery function): claim
+        now, so the row is still settled rather than sent again."""
+        log.error(
+            "ledger: the delivery function sent %s without awaiting delivery.begin(); a ledger "
+            "built with deliver_begins=True needs it right before the platform call",
+            claim.row.id,
+        )
+        try:
+            await claim.begin()
+        except ClaimLost:
+            log.warning("ledger: %s was claimed elsewhere while sent unclaimed", claim.row.id)
+            return False
+        return True
+
+    def _add_timer(self, delay: float, obligation: str, fence: int) -> None:
+        heapq.heappush(self._timers, (anyio.current_time() + delay, obligation, fence))
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _failed(self, row: Obligation, error: BaseException, marked: bool) -> _Outcome:
         now = self._clock()
         change = after_failure(row, error, now=now, schedule=self.schedule)
         settled = await self.store.settle(
@@ -202,10 +270,7 @@ class DeliveryLedger:
             log.warning("ledger: abandoned %s: %s", row.id, change.last_error)
             return _Outcome("abandoned", marked, settled)
         if change.in_process and change.next_attempt_at is not None:
-            delay = max(0.0, change.next_attempt_at - now)
-            heapq.heappush(self._timers, (anyio.current_time() + delay, row.id, row.fence))
-            if self._wake is not None:
-                self._wake.set()
+            self._add_timer(max(0.0, change.next_attempt_at - now), row.id, row.fence)
         return _Outcome("failed", marked, settled)
 
     # ------------------------------------------------------------------ sweeps
@@ -356,6 +421,33 @@ class DeliveryLedger:
     def timers(self) -> int:
         """How many in-process resend timers are pending."""
         return len(self._timers)
+
+
+class _ClaimOnBegin:
+    """The claim of ``row`` that a delivery's ``begin()`` makes, once, when its turn comes."""
+
+    __slots__ = ("_ledger", "claimed", "row")
+
+    def __init__(self, ledger: DeliveryLedger, row: Obligation) -> None:
+        self._ledger = ledger
+        self.row = row
+        self.claimed: Obligation | None = None
+
+    async def begin(self) -> None:
+        if self.claimed is not None:
+            return
+        ledger = self._ledger
+        claimed = await ledger.store.claim(self.row.id, fence=self.row.fence, now=ledger._clock())
+        if claimed is None:
+            raise ClaimLost(
+                f"reply {self.row.id!r} was claimed elsewhere (or changed) before its turn came"
+            )
+        self.claimed = claimed
+
+    @property
+    def held(self) -> Obligation:
+        assert self.claimed is not None, "begin() has not claimed the row"
+        return self.claimed
 
 
 class DisabledLedger:

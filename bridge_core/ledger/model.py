@@ -15,6 +15,7 @@ from bridge_core.conversation import obligation_id
 from bridge_core.provider import MessageRef
 
 __all__ = [
+    "ClaimLost",
     "Deliver",
     "Delivery",
     "LedgerError",
@@ -27,6 +28,11 @@ __all__ = [
 
 class LedgerError(Exception):
     """A ledger store could not be opened or used (bad URL, unreadable file, wrong schema)."""
+
+
+class ClaimLost(Exception):
+    """Raised by ``Delivery.begin()`` when the row was claimed elsewhere (or changed) while the
+    reply waited for its turn: the delivery function lets it propagate and sends nothing."""
 
 
 class State(enum.StrEnum):
@@ -182,6 +188,21 @@ class Delivery:
     parts: int
     fence: int
     attempt: int
+    claim_on_begin: Callable[[], Awaitable[None]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """What ``begin()`` runs: the row's claim, with a ledger built with ``deliver_begins=True``."""
+
+    async def begin(self) -> None:
+        """Await right before the platform call, after any wait for the channel's turn.
+
+        With a ledger built with ``deliver_begins=True`` the row is claimed here, so a reply
+        still waiting for its turn when the process dies goes out clean after the restart.
+        Raises ``ClaimLost`` when another claimer got there first: send nothing then. Otherwise
+        (the row was claimed before ``deliver`` was called) it does nothing.
+        """
+        if self.claim_on_begin is not None:
+            await self.claim_on_begin()
 
     @property
     def text(self) -> str:
