@@ -8,6 +8,11 @@ Run by ``crash_harness.py`` (killed with SIGKILL at random points, then started 
 - ``drain``: boot sweep, then serve timers until no row is open; exit 0 when every row is final,
   3 when some are left to the next start (the harness starts it again).
 
+``--paced``: the channel takes one send at a time (a lock, like a paced sender's lane) and the
+ledger claims each reply when its turn comes (``deliver_begins=True``), so most replies wait
+``pending`` behind the lane; ``--claim-before-turn`` claims before the wait instead (to see the
+difference: their resends after a kill are then labelled).
+
 Each send appends ``start`` (when the send begins) and, ``--send-delay`` later, ``sent`` (the
 platform has it) as one JSON line each, written with a single ``os.write`` on an O_APPEND file,
 so a kill never leaves half a line. Some replies are scripted to fail (see ``scripted_error``).
@@ -69,9 +74,10 @@ def scripted_error(delivery: Delivery) -> ProviderError | None:
 
 
 class AppendingPlatform:
-    def __init__(self, path: str, delay: float) -> None:
+    def __init__(self, path: str, delay: float, *, paced: bool) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.delay = delay
+        self.lane = anyio.Lock() if paced else None
         self.pid = os.getpid()
         self.count = 0
 
@@ -91,6 +97,13 @@ class AppendingPlatform:
         os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
 
     async def deliver(self, delivery: Delivery) -> MessageRef:
+        if self.lane is None:
+            return await self._send(delivery)
+        async with self.lane:  # the channel's turn: the other replies wait here
+            await delivery.begin()
+            return await self._send(delivery)
+
+    async def _send(self, delivery: Delivery) -> MessageRef:
         self._line("start", delivery)
         await anyio.sleep(self.delay)
         error = scripted_error(delivery)
@@ -108,8 +121,14 @@ def phase(path: str, name: str) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     store = await open_store(args.ledger, table_prefix=args.prefix, lease=args.lease or 60.0)
-    platform = AppendingPlatform(args.out, args.send_delay)
-    ledger = DeliveryLedger(store, deliver=platform.deliver, profiles={"X"}, schedule=SCHEDULE)
+    platform = AppendingPlatform(args.out, args.send_delay, paced=args.paced)
+    ledger = DeliveryLedger(
+        store,
+        deliver=platform.deliver,
+        profiles={"X"},
+        schedule=SCHEDULE,
+        deliver_begins=args.paced and not args.claim_before_turn,
+    )
     phase(args.phase, "boot")
     await ledger.boot_sweep()
     phase(args.phase, args.mode)
@@ -172,4 +191,6 @@ if __name__ == "__main__":
     parser.add_argument("--send-delay", type=float, default=0.005)
     parser.add_argument("--prefix", default="bridge_")
     parser.add_argument("--lease", type=float, default=0.0)
+    parser.add_argument("--paced", action="store_true")
+    parser.add_argument("--claim-before-turn", action="store_true")
     sys.exit(anyio.run(main, parser.parse_args()))

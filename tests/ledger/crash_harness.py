@@ -52,6 +52,12 @@ class Report:
     abandoned: int = 0
     budget_spent: int = 0
     drains: int = 0
+    marked_unstarted: int = 0  # marked copies of a reply that no send had started before
+
+    @property
+    def kills_while_queued(self) -> int:
+        """Kills that left replies recorded but not yet claimed (waiting for their turn)."""
+        return sum(1 for kill in self.kills if kill.states.get("pending"))
 
     @property
     def kills_while_attempting(self) -> int:
@@ -65,7 +71,8 @@ class Report:
         lines = [
             f"{len(self.kills)} kills: {self.kills_while_attempting} with rows attempting, "
             f"{self.kills_during_boot} during a boot sweep; {self.replies} replies, "
-            f"{self.copies} copies sent, {self.marked} marked, {self.abandoned} abandoned "
+            f"{self.copies} copies sent, {self.marked} marked "
+            f"({self.marked_unstarted} claimed but never started), {self.abandoned} abandoned "
             f"({self.budget_spent} by a budget spent on kills), {self.drains} drain runs",
         ]
         for number, kill in enumerate(self.kills, 1):
@@ -160,7 +167,9 @@ def _drain(ledger: str, out: Path, tmp: Path, report: Report, extra: tuple[str, 
     raise AssertionError("rows were still open after 8 drain runs")
 
 
-def run_sqlite(tmp: Path, *, kills: int, seed: int, boot_share: float = 0.3) -> Report:
+def run_sqlite(
+    tmp: Path, *, kills: int, seed: int, boot_share: float = 0.3, extra: tuple[str, ...] = ()
+) -> Report:
     """Kill one child ``kills`` times on a SQLite ledger, drain, and check the delivery file."""
     rng = random.Random(seed)
     db, out = tmp / "ledger.db", tmp / "sent.jsonl"
@@ -169,7 +178,7 @@ def run_sqlite(tmp: Path, *, kills: int, seed: int, boot_share: float = 0.3) -> 
     report = Report()
     first = 0
     for _ in range(kills):
-        child = _child(str(db), out, phase, mode="serve", first=first)
+        child = _child(str(db), out, phase, mode="serve", first=first, extra=extra)
         if rng.random() < boot_share:
             _wait_phase(child, phase, "boot", 30)
             time.sleep(rng.uniform(0, 0.004))
@@ -184,7 +193,7 @@ def run_sqlite(tmp: Path, *, kills: int, seed: int, boot_share: float = 0.3) -> 
         counts, attempting, highest = snapshot()
         report.kills.append(Kill(phase.read_text(), counts, set(attempting), at, child.pid))
         first = highest + 1
-    _drain(str(db), out, tmp, report, ())
+    _drain(str(db), out, tmp, report, extra)
     final = _final_rows_sqlite(db)
     check(out, final, report)
     return report
@@ -270,8 +279,12 @@ def check(
                     s["t"] < copy["t"] and s["fence"] < copy["fence"] for s in starts[obligation]
                 )
                 snap = seen_attempting.get(obligation)
-                if not earlier and (snap is None or snap > copy["t"]):
-                    problems.append(f"{obligation} part {part}: marked but never in flight before")
+                if not earlier:
+                    report.marked_unstarted += 1
+                    if snap is None or snap > copy["t"]:
+                        problems.append(
+                            f"{obligation} part {part}: marked but never in flight before"
+                        )
     fences: dict[tuple[str, int], set[int]] = defaultdict(set)
     for obligation, events_of in starts.items():
         for event in events_of:

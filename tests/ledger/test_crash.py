@@ -38,6 +38,17 @@ def test_sqlite_ledger_survives_sigkill(tmp_path: Path) -> None:
     _sqlite(tmp_path, kills=24)
 
 
+def test_replies_waiting_for_their_turn_at_a_kill_are_resent_clean(tmp_path: Path) -> None:
+    """One send at a time on the channel, the claim made when the turn comes: the replies
+    queued behind the lane at a kill are pending, and their resends carry no marker. Only the
+    reply holding the lane can be caught between its claim and its start, so at most one
+    marked copy per kill lacks an earlier start (claiming before the wait gives several)."""
+    report = run_sqlite(tmp_path, kills=10, seed=SEED, extra=("--paced",))
+    print(report.summary())
+    assert report.kills_while_queued >= len(report.kills) // 2, report.summary()
+    assert report.marked_unstarted <= len(report.kills), report.summary()
+
+
 @pytest.mark.slow
 @soak
 def test_sqlite_ledger_soak(tmp_path: Path) -> None:
