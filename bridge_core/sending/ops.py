@@ -8,8 +8,8 @@ pause or a busy budget goes out with the state of that moment, never a stale one
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from bridge_core.provider import MessageRef
 
@@ -31,8 +31,14 @@ class Priority(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Post:
+    """A new message. ``begin``, when given, is awaited once the budget has granted this post
+    and right before the platform call (again after a rate-limit retry, so it must be
+    idempotent): the delivery ledger claims its reply there. If it raises, nothing is sent and
+    ``send()`` raises that error."""
+
     text: TextSource
     thread: str | None = None
+    begin: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

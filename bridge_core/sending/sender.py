@@ -114,6 +114,7 @@ class _Work:
     keyed: bool = True
     waiter: anyio.Event | None = None
     result: Outcome = None
+    begin_error: Exception | None = None  # raised by the op's ``begin``: nothing was sent
     done: bool = False
     target: str | None = field(default=None)
 
@@ -220,6 +221,8 @@ class ChannelSender:
             if not work.done:  # cancelled while queued: take it back
                 self._queues[work.priority].pop(work.key, None)
         result = work.result
+        if work.begin_error is not None:
+            raise work.begin_error
         if isinstance(result, ProviderError):
             raise result
         if result is None:
@@ -457,6 +460,8 @@ class ChannelSender:
             # yields): the reserved send goes unused, which only errs on the side of the budget.
             return
         del queue[work.key]
+        if isinstance(op, Post) and op.begin is not None and not await self._begin(work, op):
+            return
         now = anyio.current_time()
         self.stats.sends += 1
         self._inflight = work
@@ -512,6 +517,22 @@ class ChannelSender:
             self._resolve(work, ref)
         finally:
             self._inflight = None
+
+    async def _begin(self, work: _Work, op: Post) -> bool:
+        """Await the post's ``begin`` (the caller's last word before the platform call); False
+        when it raised: the work ends unsent and the granted send goes unused, which errs on
+        the side of the budget."""
+        assert op.begin is not None
+        try:
+            await op.begin()
+        except anyio.get_cancelled_exc_class():
+            self._resolve(work, SenderClosed(f"the sender for channel {self.channel!r} stopped"))
+            raise
+        except Exception as error:
+            work.begin_error = error
+            self._resolve(work, None)
+            return False
+        return True
 
     def _transient(self, work: _Work, error: ProviderError) -> None:
         self.stats.transport_errors += 1
