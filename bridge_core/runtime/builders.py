@@ -114,6 +114,9 @@ async def open_ledger(
         profiles=set(profiles) or {"-"},
         connected=connected,
         schedule=options.ledger_schedule,
+        # the channel's sender awaits Delivery.begin once the budget grants the post, so a
+        # reply queued behind the channel's pacing at a crash is resent clean, not labelled
+        deliver_begins=True,
     )
     return store, ledger
 

@@ -31,10 +31,11 @@ class Priority(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Post:
-    """A new message. ``begin``, when given, is awaited once the budget has granted this post
-    and right before the platform call (again after a rate-limit retry, so it must be
-    idempotent): the delivery ledger claims its reply there. If it raises, nothing is sent and
-    ``send()`` raises that error."""
+    """A new message. ``begin``, when given, is awaited when this post reaches the head of the
+    channel's queue, just before the budget is asked for its send (so at most one waiting post
+    per channel has begun), and again on each later try (the next step after a wait for a
+    token, a rate-limit retry), so it must be idempotent: the delivery ledger claims its reply
+    there. If it raises, nothing is sent and ``send()`` raises that error."""
 
     text: TextSource
     thread: str | None = None

@@ -450,7 +450,13 @@ class ChannelSender:
             self.stats.skipped += 1
             self._resolve(work, None)
             return
-        delay = await self._gate.reserve(now)
+        # ``begin`` runs before the gate is asked, not between the gate's grant and the send:
+        # it may take a database commit, and a grant must be used at once or the sends it spaces
+        # would reach the platform closer together than the budget allows. So a post waiting
+        # for a token may already have begun; only the head of the queue ever has.
+        if isinstance(op, Post) and op.begin is not None and not await self._begin(work, op):
+            return
+        delay = await self._gate.reserve(anyio.current_time())
         if delay > 0:
             await anyio.sleep(delay)  # the work stays queued; the next step re-renders it
             return
@@ -460,8 +466,6 @@ class ChannelSender:
             # yields): the reserved send goes unused, which only errs on the side of the budget.
             return
         del queue[work.key]
-        if isinstance(op, Post) and op.begin is not None and not await self._begin(work, op):
-            return
         now = anyio.current_time()
         self.stats.sends += 1
         self._inflight = work
@@ -519,16 +523,17 @@ class ChannelSender:
             self._inflight = None
 
     async def _begin(self, work: _Work, op: Post) -> bool:
-        """Await the post's ``begin`` (the caller's last word before the platform call); False
-        when it raised: the work ends unsent and the granted send goes unused, which errs on
-        the side of the budget."""
+        """Await the post's ``begin`` (the caller's last word before its send); False when it
+        raised: the work leaves the queue unsent."""
         assert op.begin is not None
         try:
             await op.begin()
         except anyio.get_cancelled_exc_class():
+            self._queues[work.priority].pop(work.key, None)
             self._resolve(work, SenderClosed(f"the sender for channel {self.channel!r} stopped"))
             raise
         except Exception as error:
+            self._queues[work.priority].pop(work.key, None)
             work.begin_error = error
             self._resolve(work, None)
             return False

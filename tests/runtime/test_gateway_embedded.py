@@ -285,3 +285,62 @@ async def test_a_crash_between_the_ledger_row_and_the_frame_answers_once(tmp_pat
         await rows_reach(second, "delivered", 1)
     sent = [p["text"] for p in posts(tmp_path) if p["op"] == "post"]
     assert sent == ["echo: hello"]  # the boot sweep sent the row clean; the re-answer added none
+
+
+class HeldProvider(ChatProvider):
+    """Posts wait for ``release``; ``started`` is set when the first post reaches the platform."""
+
+    name = "held"
+    capabilities = Capabilities(edit=False, max_length=1000)
+    started: ClassVar[anyio.Event]
+    release: ClassVar[anyio.Event]
+    posted: ClassVar[list[str]]
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        HeldProvider.started.set()
+        await HeldProvider.release.wait()
+        HeldProvider.posted.append(text)
+        return MessageRef(channel, str(len(HeldProvider.posted)))
+
+
+HELD = ProviderType(
+    name="held",
+    capabilities=HeldProvider.capabilities,
+    budget=UNLIMITED_BUDGET,
+    settings_model=FlakySettings,
+    factory=lambda settings, context: HeldProvider(),
+)
+
+
+@pytest.mark.anyio
+async def test_replies_queued_behind_a_send_stay_pending_until_their_turn(
+    tmp_path: Path,
+) -> None:
+    """The row is claimed when the channel's sender takes the reply, not when it queues: a crash
+    now would resend the queued replies clean, and only the one in flight labelled."""
+    HeldProvider.started, HeldProvider.release, HeldProvider.posted = (
+        anyio.Event(),
+        anyio.Event(),
+        [],
+    )
+    config = parse_config(
+        {
+            "profiles": {"h": {"provider": "held"}},
+            "channels": {"ops": {"profile": "h", "channel_id": "C1"}},
+            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
+        },
+        providers=ProviderRegistry([RegisteredProvider(HELD, "test", "0")]),
+    )
+    gateway = Gateway(config, options=GatewayOptions(http=False))
+    async with gateway:
+        for text in ("one", "two", "three"):
+            await gateway.accept_message(MessageRequest(channel="ops", text=text))
+        with anyio.fail_after(10):
+            await HeldProvider.started.wait()
+        sender = gateway.channels["ops"].sender
+        await until(lambda: sender.queued == 2)
+        counts = await gateway.ledger_counts()
+        assert (counts["attempting"], counts["pending"]) == (1, 2), counts
+        HeldProvider.release.set()
+        await rows_reach(gateway, "delivered", 3)
+    assert sorted(HeldProvider.posted) == ["one", "three", "two"]

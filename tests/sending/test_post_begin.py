@@ -1,5 +1,5 @@
-"""``Post(begin=...)``: the caller's last word once the budget grants a post (the delivery
-ledger claims its reply there). Virtual time, read through the console transcript."""
+"""``Post(begin=...)``: the caller's last word when its post reaches the head of the channel's
+queue (the delivery ledger claims its reply there). Virtual time, through the console transcript."""
 
 from __future__ import annotations
 
@@ -36,14 +36,14 @@ def sent(tmp_path: Path) -> list[tuple[float, str, str]]:
     return [(e.t, e.op, e.text) for e in read_transcript(tmp_path / "t.jsonl")]
 
 
-async def test_begin_runs_when_the_budget_grants_the_post_not_when_it_is_queued(
+async def test_only_the_head_of_the_queue_has_begun(
     tmp_path: Path, console: ConsoleProvider
 ) -> None:
-    began: list[tuple[str, float]] = []
+    began: dict[str, float] = {}
 
     def beginning(name: str) -> Callable[[], Awaitable[None]]:
         async def begin() -> None:
-            began.append((name, anyio.current_time()))
+            began.setdefault(name, anyio.current_time())
 
         return begin
 
@@ -51,9 +51,12 @@ async def test_begin_runs_when_the_budget_grants_the_post_not_when_it_is_queued(
         async with anyio.create_task_group() as group:
             for name in ("a", "b", "c"):
                 group.start_soon(sender.send, Post(name, begin=beginning(name)))
-    # queued together (in whatever order the tasks ran); each began when its post went out
-    assert [t for _, t in began] == [0.0, 1.0, 2.0]
-    assert sent(tmp_path) == [(t, "post", name) for name, t in began]
+    posted = sent(tmp_path)
+    assert [t for t, _, _ in posted] == [0.0, 1.0, 2.0]  # one a second, in whatever order queued
+    order = [name for _, _, name in posted]
+    # each post began only once the one before it had gone out: never two begun and unsent
+    assert began[order[0]] == 0.0
+    assert began[order[1]] == posted[0][0] and began[order[2]] == posted[1][0]
 
 
 async def test_a_begin_that_raises_sends_nothing_and_the_channel_goes_on(
@@ -67,8 +70,8 @@ async def test_a_begin_that_raises_sends_nothing_and_the_channel_goes_on(
             await sender.send(Post("not mine any more", begin=refuse))
         await sender.send(Post("the next reply"))
         assert sender.healthy
-    # the refused post's granted send went unused: the next one waited its turn
-    assert sent(tmp_path) == [(1.0, "post", "the next reply")]
+    # begin ran before the budget was asked, so the refused post spent none of it
+    assert sent(tmp_path) == [(0.0, "post", "the next reply")]
 
 
 async def test_begin_is_awaited_again_after_a_rate_limited_retry(
