@@ -182,6 +182,9 @@ class WindowSpec(_Strict):
     ``seconds`` after it was made."""
 
 
+_HOUR = 3600.0
+
+
 class BudgetNumbers(_Strict):
     """A budget written out: a ``preset`` to start from and/or the numbers that replace its own.
 
@@ -198,16 +201,17 @@ class BudgetNumbers(_Strict):
     preset's."""
     per_second: float | None = Field(default=None, gt=0)
     """Sustained sends per second: the bucket's refill rate. Give this or ``per_hour``, not both.
-    Not set: the preset's."""
+    It replaces the preset's rate and its hourly cap; the preset's shorter windows stay unless
+    ``windows`` is given. Not set: the preset's."""
     per_hour: int | None = Field(default=None, ge=1)
     """Sustained sends per hour, for a platform with an hourly cap. The bucket refills at ``per_hour
     / 3600`` a second, and a 3,600 s window caps any hour at this many, which the bucket alone would
-    overshoot by ``burst``. Beside it only the ``windows`` given here are kept, not the preset's
-    own."""
+    overshoot by ``burst``. It replaces the preset's hourly cap; the preset's shorter windows stay
+    unless ``windows`` is given."""
     windows: list[WindowSpec] | None = None
     """Sliding windows on top of the bucket, for a platform's short-term caps (Discord's 5 sends in
     5 s per channel) that the bucket alone would overshoot. Given, they replace the preset's
-    windows. Not set: the preset's (none beside ``per_hour``)."""
+    windows. Not set: the preset's (its hourly cap only when the rate is the preset's too)."""
     edit_spacing: float | None = Field(default=None, ge=0)
     """Least seconds between two writes to one message (its post and each edit). A live message that
     changes faster shows only its latest state when its turn comes; raise it to edit less often. Not
@@ -231,18 +235,22 @@ class BudgetNumbers(_Strict):
             if self.edit_spacing is not None
             else (base.edit_spacing if base else 2.0)
         )
-        windows = (
-            tuple(Window(w.limit, w.seconds) for w in self.windows)
-            if self.windows is not None
-            else None
-        )
+        windows: tuple[Window, ...]
+        if self.windows is not None:
+            windows = tuple(Window(w.limit, w.seconds) for w in self.windows)
+        elif base is None:
+            windows = ()
+        elif self.per_hour is not None or self.per_second is not None:
+            # A new rate replaces the preset's hourly cap (it is the preset's rate over an
+            # hour); the preset's short windows (Discord's 5 in 5 s) are platform caps and stay.
+            windows = tuple(w for w in base.windows if w.seconds < _HOUR)
+        else:
+            windows = base.windows
         if self.per_hour is not None:
             return SendBudget.hourly(
-                burst=burst, per_hour=self.per_hour, edit_spacing=spacing, extra=windows or ()
+                burst=burst, per_hour=self.per_hour, edit_spacing=spacing, extra=windows
             )
         per_second = self.per_second if self.per_second is not None else base.per_second  # type: ignore[union-attr]
-        if windows is None:
-            windows = base.windows if base else ()
         return SendBudget(burst=burst, per_second=per_second, windows=windows, edit_spacing=spacing)
 
 

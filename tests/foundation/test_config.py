@@ -22,6 +22,7 @@ from bridge_core.config import (
 from bridge_core.hookspecs import ProviderType
 from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
 from bridge_core.provider import (
+    DISCORD_BUDGET,
     SLACK_BUDGET,
     TEAMS_BUDGET,
     UNLIMITED_BUDGET,
@@ -272,6 +273,18 @@ def test_budget_presets_and_numbers(providers: ProviderRegistry) -> None:
     )
     numbers = BudgetNumbers(burst=4, per_second=2.0, windows=[{"limit": 10, "seconds": 60}])  # type: ignore[list-item]
     assert numbers.resolve() == SendBudget(burst=4, per_second=2.0, windows=(Window(10, 60.0),))
+
+
+def test_a_new_rate_replaces_the_presets_hourly_cap_and_keeps_its_short_windows() -> None:
+    slower = BudgetNumbers(preset="discord", per_hour=1800).resolve()
+    assert slower.windows == (Window(5, 5.0), Window(1800, 3600.0))
+    assert slower.per_second == 0.5 and slower.burst == DISCORD_BUDGET.burst
+    faster = BudgetNumbers(preset="slack", per_second=2.0).resolve()
+    assert faster.windows == () and faster.per_second == 2.0  # no hourly cap of 3,600 left
+    teams = BudgetNumbers(preset="teams", per_second=0.25).resolve()
+    assert teams.windows == tuple(w for w in TEAMS_BUDGET.windows if w.seconds < 3600)
+    given = BudgetNumbers(preset="discord", per_hour=1800, windows=[]).resolve()
+    assert given.windows == (Window(1800, 3600.0),)  # windows given replace the preset's
 
 
 def test_a_budget_in_the_console_settings_applies_unless_the_profile_overrides(
