@@ -3,7 +3,9 @@
 Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it answers):
 
 - replies recorded and marked delivered per second through ``DeliveryLedger.submit`` (record,
-  claim, settle: three statements a reply) with many replies in flight, a no-op platform;
+  claim, settle: three statements a reply) with many replies in flight, a no-op platform; and
+  the same with the claim made in ``delivery.begin()`` (``deliver_begins=True``, as the gateway
+  runs it);
 - the floor: a bare loop of the same three statements with the same durability and the same
   batching (SQLite: one thread, a commit every as many statements as the ledger's writer put in
   one group commit on average, once as single-row statements and once as the ledger's own
@@ -33,6 +35,7 @@ PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 async def _deliver(delivery: Delivery) -> MessageRef:
+    await delivery.begin()  # a no-op unless the ledger claims at the turn (deliver_begins)
     return MessageRef(delivery.channel, "1")
 
 
@@ -46,8 +49,10 @@ def _reply(index: int, tag: str) -> Reply:
     )
 
 
-async def submit_rate(store: Any, *, replies: int, in_flight: int, tag: str) -> float:
-    ledger = DeliveryLedger(store, deliver=_deliver, profiles={"X"})
+async def submit_rate(
+    store: Any, *, replies: int, in_flight: int, tag: str, begins: bool = False
+) -> float:
+    ledger = DeliveryLedger(store, deliver=_deliver, profiles={"X"}, deliver_begins=begins)
     todo = iter(range(replies))
 
     async def worker() -> None:  # one of ``in_flight`` repliers
@@ -170,6 +175,7 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
     store.writer.batches = store.writer.calls = 0
     rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
     per_commit = max(1, round(store.writer.calls / max(1, store.writer.batches)))
+    at_turn = await submit_rate(store, replies=replies, in_flight=in_flight, tag="t", begins=True)
     await store.aclose()
     floor = sqlite_floor(folder / "floor.db", replies=replies, per_commit=per_commit)
     merged = sqlite_floor_merged(folder / "merged.db", replies=replies, per_commit=per_commit)
@@ -178,6 +184,7 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
         f"SQLite  submit (record+claim+delivered): {rate:10,.0f} replies/s "
         f"({in_flight} in flight, {per_commit} statements per group commit on average)"
     )
+    print(f"SQLite  the same, claimed at the turn (the gateway's way): {at_turn:10,.0f} replies/s")
     print(
         f"SQLite  floor, single-row statements, same batching:{floor:10,.0f} replies/s  "
         f"ratio {rate / floor:.2f}"
