@@ -37,8 +37,9 @@ false``). ``key_value_store(store)`` gives the providers' key-value store kept b
 
 Rules (``docs/ledger-schedule.md`` has the table): first send at once; a transient failure is
 resent in process after 30 s, then 2 min; the third resend is left to the next start;
-``RateLimited`` waits out its penalty without spending the budget; ``Unreachable`` is abandoned
-at once; three resends and 24 h of freshness, then abandoned; delivered rows pruned after 7 days.
+``RateLimited`` waits out its penalty without spending the budget; ``Unreachable`` and
+``MessageRejected`` are abandoned at once; three resends and 24 h of freshness, then abandoned;
+delivered rows pruned after 7 days.
 
 Exception hierarchy::
 
