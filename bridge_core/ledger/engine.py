@@ -227,7 +227,8 @@ class DeliveryLedger:
                 return _Outcome("skipped")
             log.warning("ledger: abandoned %s before its send: %s", row.id, reason)
             return _Outcome("abandoned", row=gone)
-        log.warning("ledger: %s was refused before its send (%r); will try again", row.id, error)
+        # debug: the sender logs the channel's state once; a row a minute each would drown it
+        log.debug("ledger: %s was refused before its send (%r); will try again", row.id, error)
         if self.schedule.resend_delays:
             self._add_timer(self.schedule.resend_delays[0], row.id, row.fence)
         return _Outcome("failed", row=row)
