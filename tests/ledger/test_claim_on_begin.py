@@ -8,11 +8,9 @@ A paced channel holds a reply for its turn before the platform call; the row mus
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import pytest
-import trio.testing
 
 from bridge_core.ledger import (
     MARKER,
@@ -26,15 +24,13 @@ from bridge_core.ledger import (
     State,
 )
 from bridge_core.provider import Forbidden, MessageRef, Unreachable
+from bridge_core.testing.clock import anyio_backend
+
+__all__ = ["anyio_backend"]
 
 pytestmark = pytest.mark.anyio
 
 BASE = 1_800_000_000.0
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
 
 
 def wall() -> float:

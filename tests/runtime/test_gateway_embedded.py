@@ -160,10 +160,6 @@ async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
         await gateway.accept_events([])
 
 
-class FlakySettings(BaseModel):
-    pass
-
-
 class FlakyProvider(ChatProvider):
     """Instance 1 fails its sends and then loses its connection; later instances work."""
 
@@ -190,13 +186,27 @@ class FlakyProvider(ChatProvider):
         await anyio.sleep_forever()
 
 
-FLAKY = ProviderType(
-    name="flaky",
-    capabilities=FlakyProvider.capabilities,
-    budget=UNLIMITED_BUDGET,
-    settings_model=FlakySettings,
-    factory=lambda settings, context: FlakyProvider(),
-)
+class NoSettings(BaseModel):
+    pass
+
+
+def one_channel(tmp_path: Path, provider: type[ChatProvider]) -> BridgeConfig:
+    """Channel "ops" (id C1) on a profile of ``provider`` (built with no arguments)."""
+    kind = ProviderType(
+        name=provider.name,
+        capabilities=provider.capabilities,
+        budget=UNLIMITED_BUDGET,
+        settings_model=NoSettings,
+        factory=lambda settings, context: provider(),
+    )
+    return parse_config(
+        {
+            "profiles": {"p": {"provider": provider.name}},
+            "channels": {"ops": {"profile": "p", "channel_id": "C1"}},
+            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
+        },
+        providers=ProviderRegistry([RegisteredProvider(kind, "test", "0")]),
+    )
 
 
 @pytest.mark.anyio
@@ -205,16 +215,10 @@ async def test_a_rebuilt_connection_takes_over_sending_and_resends_failed_rows(
 ) -> None:
     FlakyProvider.built = []
     FlakyProvider.drop_now = anyio.Event()
-    registry = ProviderRegistry([RegisteredProvider(FLAKY, "test", "0")])
-    config = parse_config(
-        {
-            "profiles": {"f": {"provider": "flaky"}},
-            "channels": {"ops": {"profile": "f", "channel_id": "C1"}},
-            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
-        },
-        providers=registry,
+    gateway = Gateway(
+        one_channel(tmp_path, FlakyProvider),
+        options=GatewayOptions(http=False, reconnect_backoff=0.05),
     )
-    gateway = Gateway(config, options=GatewayOptions(http=False, reconnect_backoff=0.05))
     async with gateway:
         await gateway.accept_message(MessageRequest(channel="ops", text="after the outage"))
         await until(lambda: gateway.channels["ops"].sender.stats.transport_errors >= 1)
@@ -303,15 +307,6 @@ class HeldProvider(ChatProvider):
         return MessageRef(channel, str(len(HeldProvider.posted)))
 
 
-HELD = ProviderType(
-    name="held",
-    capabilities=HeldProvider.capabilities,
-    budget=UNLIMITED_BUDGET,
-    settings_model=FlakySettings,
-    factory=lambda settings, context: HeldProvider(),
-)
-
-
 @pytest.mark.anyio
 async def test_replies_queued_behind_a_send_stay_pending_until_their_turn(
     tmp_path: Path,
@@ -323,15 +318,7 @@ async def test_replies_queued_behind_a_send_stay_pending_until_their_turn(
         anyio.Event(),
         [],
     )
-    config = parse_config(
-        {
-            "profiles": {"h": {"provider": "held"}},
-            "channels": {"ops": {"profile": "h", "channel_id": "C1"}},
-            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
-        },
-        providers=ProviderRegistry([RegisteredProvider(HELD, "test", "0")]),
-    )
-    gateway = Gateway(config, options=GatewayOptions(http=False))
+    gateway = Gateway(one_channel(tmp_path, HeldProvider), options=GatewayOptions(http=False))
     async with gateway:
         for text in ("one", "two", "three"):
             await gateway.accept_message(MessageRequest(channel="ops", text=text))
