@@ -107,7 +107,8 @@ def test_sigkill_mid_delivery_then_restart_delivers_every_accepted_message(
             text = f"m-{run}-{i}"
             assert gw.post("/v1/messages", {"channel": "ops", "text": text}).status_code == 202
             accepted.append(text)
-        # kill while replies are still queued at the paced sender (claimed: attempting)
+        # kill while replies are still queued at the paced sender (pending: each is claimed
+        # only when its turn comes, ADR 0025)
         wait_for(lambda: len(texts(transcript)) >= before + 4, what="some sends")  # noqa: B023
         gw.kill()
         assert len(bodies(transcript)) < len(accepted), "the kill came too late to test anything"
@@ -121,6 +122,15 @@ def test_sigkill_mid_delivery_then_restart_delivers_every_accepted_message(
     assert max(plain.values()) == 1, "an unmarked copy appeared twice"
     assert set(bodies(transcript)) == set(accepted)
     assert any(is_marked(t) for t in posted), "no kill landed while a reply was in flight"
+    # A marked copy with no copy before it was labelled though never sent: only the reply at
+    # the head of the channel's queue (claimed, waiting for a token) can be, one per kill.
+    seen: set[str] = set()
+    labelled_unsent = 0
+    for text in posted:
+        body = text.split("\n", 1)[1] if is_marked(text) else text
+        labelled_unsent += is_marked(text) and body not in seen
+        seen.add(body)
+    assert labelled_unsent <= 2, f"{labelled_unsent} queued replies were labelled after 2 kills"
     sweeps = [r for r in gw.log_records() if "boot sweep" in str(r.get("msg"))]
     assert len(sweeps) == 3
 
