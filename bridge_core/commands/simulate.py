@@ -426,13 +426,7 @@ def command(
     budget = resolve_budget(config.budget, budget)
     if config.edit is not None:
         capabilities = replace(capabilities, edit=config.edit)
-    notify = NotifyConfig.build(
-        hold=config.notify.hold,
-        threshold=config.notify.threshold,
-        window=config.notify.window,
-        kinds=config.kinds,
-        workspaces=config.workspaces,
-    )
+    notify = NotifyConfig.for_channel(config)
     if transcript is not None:
         transcript.parent.mkdir(parents=True, exist_ok=True)
         transcript.unlink(missing_ok=True)

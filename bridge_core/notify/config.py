@@ -1,13 +1,41 @@
-"""The notifier's settings: timing of holds and summaries, and the channel's filters."""
+"""The notifier's settings: timing of holds and summaries, and the channel's filters.
+
+``NotifyConfig.for_channel`` reads them from a channel's configuration as the config files give it
+(``bridge_core.config.ChannelConfig``, ``chatbridge simulate``'s config); ``notify`` sees only
+their shape (``ChannelNotifySettings``), so it never imports the config layer.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bridge_core.events import NOTIFYING_KINDS
 
-__all__ = ["NotifyConfig"]
+__all__ = ["ChannelNotifySettings", "NotifyConfig", "NotifyTiming"]
+
+
+class NotifyTiming(Protocol):
+    """A ``[notify]`` table's timing (``bridge_core.config.NotifySettings``)."""
+
+    @property
+    def hold(self) -> float: ...
+    @property
+    def threshold(self) -> int: ...
+    @property
+    def window(self) -> float: ...
+
+
+class ChannelNotifySettings(Protocol):
+    """What a channel's configuration says about its notifications."""
+
+    @property
+    def notify(self) -> NotifyTiming: ...
+    @property
+    def kinds(self) -> Iterable[str] | None: ...
+    @property
+    def workspaces(self) -> Iterable[str] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,4 +90,15 @@ class NotifyConfig:
             window=window,
             kinds=NOTIFYING_KINDS if kinds is None else frozenset(kinds),
             workspaces=None if workspaces is None else frozenset(workspaces),
+        )
+
+    @classmethod
+    def for_channel(cls, channel: ChannelNotifySettings) -> NotifyConfig:
+        """From a channel's configuration: its ``notify`` timing and its filters."""
+        return cls.build(
+            hold=channel.notify.hold,
+            threshold=channel.notify.threshold,
+            window=channel.notify.window,
+            kinds=channel.kinds,
+            workspaces=channel.workspaces,
         )

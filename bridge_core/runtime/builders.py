@@ -199,13 +199,7 @@ def notifier_for(channel: ChannelRuntime) -> Notifier:
         config.channel_id,
         channel.sender,
         capabilities=channel.provider.capabilities,
-        config=NotifyConfig.build(
-            hold=config.notify.hold,
-            threshold=config.notify.threshold,
-            window=config.notify.window,
-            kinds=config.kinds,
-            workspaces=config.workspaces,
-        ),
+        config=NotifyConfig.for_channel(config),
         escape=channel.provider.escape,
         thread=config.thread,
     )

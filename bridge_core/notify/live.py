@@ -1,0 +1,165 @@
+"""The state behind each message the notifier keeps current, and what it says at send time.
+
+A message is an agent's live message (``TrackedAgent``) or a burst's summary (``Summary``); its
+``Slot`` counts versions of what it should show against what the platform last took or refused.
+The text is rendered when the sender takes the work (ADR 0012), so ``agent_text`` and
+``summary_text`` first decide whether there is anything to send at all: ``None`` when the latest
+version already went out (or was refused), and for the twin of a post that already went out (the
+update then becomes an edit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bridge_core.events import AgentFinished
+from bridge_core.notify.protocol import UPDATE
+from bridge_core.notify.render import (
+    AgentState,
+    Cleaner,
+    SummaryCounts,
+    render_agent,
+    render_summary,
+)
+from bridge_core.provider import Capabilities, MessageRef, ProviderError
+
+__all__ = [
+    "HOLDING",
+    "LIVE",
+    "SUMMARY",
+    "Slot",
+    "Summary",
+    "TrackedAgent",
+    "agent_text",
+    "summary_text",
+]
+
+HOLDING = 0
+"""The agent waits out the hold (no message yet)."""
+LIVE = 1
+"""The agent has (or is getting) its own message."""
+SUMMARY = 2
+"""The agent is counted in a summary, with no message of its own."""
+
+
+@dataclass(eq=False, slots=True)
+class Slot:
+    """One message the notifier keeps current: an agent's, or a summary's."""
+
+    key: tuple[int, str, int]
+    ref: MessageRef | None = None
+    version: int = 0
+    rendered: int = -1
+    delivered: int = -1
+    refused: int = -1  # the latest version the platform refused (MessageRejected): not resent
+    outstanding: int = 0
+    priority: int = UPDATE
+    lost: bool = False  # its message was deleted; the next update posts a new one
+    post_text: Callable[[], str | None] = field(default=lambda: None)
+    edit_text: Callable[[], str | None] = field(default=lambda: None)
+    outcome: Callable[[MessageRef | ProviderError | None], None] = field(default=lambda r: None)
+
+    @property
+    def owes(self) -> bool:
+        """Whether its latest version has been neither delivered nor refused by the platform."""
+        return self.delivered < self.version and self.refused < self.version
+
+
+@dataclass(eq=False, slots=True)
+class TrackedAgent:
+    """An agent the notifier holds state for: its latest news and its live message."""
+
+    name: str
+    workspace: str
+    slot: Slot
+    phase: int = HOLDING
+    title: str = ""
+    status: str = ""
+    finished: AgentFinished | None = None
+    gone: str | None = None
+    terminal_at: float = 0.0
+    spawned_at: float = 0.0
+    summary: Summary | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.finished is not None or self.gone is not None
+
+
+@dataclass(eq=False, slots=True)
+class Summary:
+    """A burst's shared message: its members' counts, and the final states it still owes."""
+
+    workspace: str
+    slot: Slot
+    latest: float  # the latest member's spawn time: the join window runs from it
+    names: list[str] = field(default_factory=list)
+    size: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    killed: int = 0
+    gone: int = 0
+    # Members whose final state this summary carries: (name, terminal_at, summary version).
+    awaiting: list[tuple[str, float, int]] = field(default_factory=list)
+
+
+def agent_text(
+    agent: TrackedAgent,
+    *,
+    post: bool,
+    edit: bool,
+    clean: Cleaner,
+    capabilities: Capabilities,
+) -> str | None:
+    """The agent's message as a post (``post``) or an edit, or ``None``: nothing to send."""
+    slot = agent.slot
+    if not slot.owes:
+        return None  # nothing new since the last delivery (or the last refusal)
+    if not post and slot.ref is None:
+        return None  # its message was deleted meanwhile: the outcome turns it into a post
+    if post and slot.ref is not None and (edit or not agent.terminal):
+        # A post whose twin already went out (with edits the update becomes an edit), or,
+        # without edits, an intermediate state: only the terminal post may follow the first.
+        return None
+    slot.rendered = slot.version
+    finished = agent.finished
+    state = AgentState(
+        name=agent.name,
+        workspace=agent.workspace,
+        title=agent.title,
+        status=agent.status,
+        outcome=finished.outcome if finished is not None else None,
+        cost=finished.cost if finished is not None else 0.0,
+        turns=finished.turns if finished is not None else 0,
+        gone=agent.gone if finished is None else None,
+    )
+    return render_agent(
+        state, clean=clean, max_length=capabilities.max_length, unit=capabilities.length_unit
+    )
+
+
+def summary_text(
+    summary: Summary, *, post: bool, clean: Cleaner, capabilities: Capabilities
+) -> str | None:
+    """The summary's message as a post (``post``) or an edit, or ``None``: nothing to send."""
+    slot = summary.slot
+    if not slot.owes:
+        return None  # nothing new since the last delivery (or the last refusal)
+    if post is (slot.ref is not None):
+        return None  # a post whose twin went out, or an edit of a lost message
+    slot.rendered = slot.version
+    counts = SummaryCounts(
+        workspace=summary.workspace,
+        size=summary.size,
+        running=summary.running,
+        done=summary.done,
+        failed=summary.failed,
+        killed=summary.killed,
+        gone=summary.gone,
+        names=tuple(summary.names),
+    )
+    return render_summary(
+        counts, clean=clean, max_length=capabilities.max_length, unit=capabilities.length_unit
+    )

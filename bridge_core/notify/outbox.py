@@ -1,0 +1,109 @@
+"""The notifier's traffic with its channel's sender: submitting a message's work, reading back
+each outcome (ADRs 0012, 0013, 0017).
+
+Each ``Slot`` has its own key, so newer work for a message replaces its queued work in place and
+the sender holds at most one operation per message. An outcome is applied to the slot:
+
+- a ``MessageRef``: the rendered version is delivered, and edits go to that ref;
+- ``NotFound``: the message was deleted; the ref is dropped and the next update posts a new one;
+- ``MessageRejected``: the platform refused that rendering; it is logged and never resent, and
+  the message keeps its ref (a refused post leaves none);
+- any other error (``Unreachable``, a stopped sender): the channel is finished, and nothing more
+  is submitted.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bridge_core.notify.live import Slot
+from bridge_core.notify.protocol import SenderLike
+from bridge_core.provider import (
+    MessageRef,
+    MessageRejected,
+    NotFound,
+    ProviderError,
+    TransportError,
+)
+
+__all__ = ["Outbox"]
+
+logger = logging.getLogger("bridge_core.notify")
+
+
+class Outbox:
+    """Submits one notifier's messages to its channel's sender and applies the outcomes."""
+
+    def __init__(self, channel: str, sender: SenderLike, *, thread: str | None) -> None:
+        self.channel = channel
+        self.dropped_refs = 0
+        self.rejected = 0
+        self._sender = sender
+        self._thread = thread
+        self._serial = 0
+        self._closed = False
+
+    def new_slot(self, kind: str, name: str) -> Slot:
+        """A slot with a key of its own (``kind`` and ``name`` make it readable in the queue)."""
+        # Keys are unique per notifier (one outbox each) too: two notifiers may share one sender
+        # (a restart in one process), and must never replace each other's work.
+        self._serial += 1
+        return Slot(key=(id(self), kind + ":" + name, self._serial))
+
+    def submit(self, slot: Slot, edit: MessageRef | None) -> None:
+        """Queue the slot's work at its priority: an edit of ``edit``, or a post."""
+        if self._closed:
+            return
+        replaced = self._sender.submit(
+            slot.key,
+            text=slot.post_text if edit is None else slot.edit_text,
+            edit=edit,
+            priority=slot.priority,
+            on_outcome=slot.outcome,
+            thread=self._thread,
+        )
+        if not replaced:
+            slot.outstanding += 1
+
+    def settle(self, slot: Slot, result: MessageRef | ProviderError | None, what: str) -> bool:
+        """Apply one send's outcome to ``slot``; False when the channel is finished.
+
+        ``what`` names the message in the log (``agent 'a1'``, ``the summary of workspace 'w'``).
+        """
+        slot.outstanding -= 1
+        if isinstance(result, MessageRef):
+            slot.ref = result
+            slot.delivered = slot.rendered
+        elif isinstance(result, NotFound):
+            self.dropped_refs += 1
+            slot.ref = None
+            slot.lost = True
+        elif isinstance(result, MessageRejected):
+            self._refused(slot, what, result)
+        elif isinstance(result, ProviderError):
+            self._gave_up(result)
+            return False
+        return True
+
+    def _refused(self, slot: Slot, what: str, error: MessageRejected) -> None:
+        # Logged when a run of refusals starts; a rendering refused on every update (one attempt
+        # per update, paced by the sender) repeats only at debug level until a delivery.
+        self.rejected += 1
+        level = logging.DEBUG if slot.refused > slot.delivered else logging.WARNING
+        slot.refused = slot.rendered
+        logger.log(
+            level,
+            "notifier for %r: the platform refused the message for %s (%s); that rendering is "
+            "dropped, the channel carries on",
+            self.channel,
+            what,
+            error,
+        )
+
+    def _gave_up(self, error: ProviderError) -> None:
+        # Only Unreachable and a stopped sender (a TransportError) come back as errors for keyed
+        # work: the channel is finished, so stop submitting rather than spin.
+        if not self._closed:
+            level = logging.DEBUG if isinstance(error, TransportError) else logging.WARNING
+            logger.log(level, "notifier for %r stops: %s", self.channel, error)
+        self._closed = True
