@@ -40,7 +40,7 @@ from bridge_core import (
 )
 from bridge_teams.transport import CredentialsError
 
-__all__ = ["CODE_TABLE", "map_teams_error"]
+__all__ = ["CODE_TABLE", "Operation", "map_teams_error"]
 
 Operation = Literal["post", "edit"]
 

@@ -17,8 +17,10 @@ import copy
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
+import anyio
 from botbuilder.schema import Activity, ConversationReference
 
 from bridge_core import (
@@ -42,7 +44,7 @@ from bridge_teams.auth import (
     OpenIdKeys,
     TokenValidator,
 )
-from bridge_teams.errors import map_teams_error
+from bridge_teams.errors import Operation, map_teams_error
 from bridge_teams.inbound import (
     ReferenceStore,
     conversation_id,
@@ -60,6 +62,8 @@ from bridge_teams.transport import (
 __all__ = ["CAPABILITIES", "MAX_TEXT_BYTES", "TeamsProvider", "TeamsSettings"]
 
 _log = logging.getLogger("bridge_teams")
+
+T = TypeVar("T")
 
 _AT_TAG = re.compile(r"<(/?)(at\b)", re.IGNORECASE)
 _SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
@@ -147,16 +151,9 @@ class TeamsProvider(ChatProvider):
         self._check_length(text)
         where = f"post to {conversation_id(channel, thread)}"
         reference = await self._reference(channel, thread)
-        activity_id = ""
-        failure: ProviderError | None = None
-        try:
-            activity_id = await self._transport.send(reference, message_activity(text))
-        except Exception as exc:
-            failure = map_teams_error(exc, operation="post", where=where)
-        if failure is not None:
-            # Raised outside the except block: msrest's exception keeps the requests.Response,
-            # whose request carries the connector token, and must not ride along as __context__.
-            raise failure
+        activity_id = await self._call(
+            "post", where, lambda: self._transport.send(reference, message_activity(text))
+        )
         if not activity_id:
             raise TransportError(f"Teams accepted the {where} but returned no activity id")
         return MessageRef(channel=channel, message_id=activity_id, thread=thread)
@@ -165,16 +162,30 @@ class TeamsProvider(ChatProvider):
         self._check_length(text)
         where = f"edit of {ref.message_id} in {conversation_id(ref.channel, ref.thread)}"
         reference = await self._reference(ref.channel, ref.thread)
-        failure: ProviderError | None = None
+        activity = message_activity(text, activity_id=ref.message_id)
+        await self._call("edit", where, lambda: self._transport.update(reference, activity))
+        return ref
+
+    async def _call(
+        self, operation: Operation, where: str, action: Callable[[], Awaitable[T]]
+    ) -> T:
+        # One deadline for the whole call (a token fetch when one is due, the request, the one
+        # resend after a refused token), as Discord's call_deadline. The transport's worker
+        # thread is left to end on its own (ConnectorTransport says how and when).
+        deadline = self._settings.call_deadline
+        failure: ProviderError
         try:
-            await self._transport.update(
-                reference, message_activity(text, activity_id=ref.message_id)
+            with anyio.fail_after(deadline):
+                return await action()
+        except TimeoutError:
+            failure = TransportError(
+                f"Teams did not complete the {where} within the {deadline:g} s call_deadline"
             )
         except Exception as exc:
-            failure = map_teams_error(exc, operation="edit", where=where)
-        if failure is not None:
-            raise failure  # outside the except block, so the SDK's exception is not chained
-        return ref
+            failure = map_teams_error(exc, operation=operation, where=where)
+        # Raised outside the except block: msrest's exception keeps the requests.Response, whose
+        # request carries the connector token, and must not ride along as __context__.
+        raise failure
 
     def escape(self, text: str) -> str:
         # No mention entities are ever sent, but an <at> tag in agent text would still render

@@ -75,9 +75,11 @@ class TeamsSettings(BaseModel):
     messaging endpoint is the gateway's public address plus this path. Give each Teams profile a
     path of its own."""
     call_deadline: float = Field(15.0, gt=0, le=120)
-    """Timeout, in seconds, of each HTTP call to the token endpoint and the Bot Connector (to
-    connect, and for each wait on the answer); a call that stalls longer fails as a transport error
-    and is retried later."""
+    """Seconds one post or edit may take in all: fetching a connector token when one is due, the
+    request to the Bot Connector, and the one resend after it refuses a cached token. A call not
+    done by then fails as a transport error and the core's sender retries it later (as with
+    Discord's ``call_deadline``). Each connection attempt and each wait on an answer is held to it
+    too, so the worker thread of a call given up on ends soon after."""
     insecure_skip_token_validation: bool = False
     """Accept inbound requests without checking their Bot Framework token, so anyone who can reach
     ``messaging_path`` can write as anyone. For local development (the Bot Framework Emulator) only;

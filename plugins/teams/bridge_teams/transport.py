@@ -5,12 +5,15 @@ through ``TeamsTransport``: send an activity to a conversation, replace one. Two
 
 - ``ConnectorTransport``: botframework-connector's ``ConnectorClient`` (msrest over requests),
   one client per service URL, msrest's resends turned off, every call in a worker thread so the
-  blocking ``requests`` I/O never stalls the event loop. Production uses this one.
+  blocking ``requests`` I/O never stalls the event loop. A caller may stop waiting (the
+  provider's ``call_deadline``); the thread then runs on to the end of its current request, bounded
+  by requests' own timeouts, and never starts another. Production uses this one.
 - ``AdapterTransport``: any botbuilder ``BotAdapter`` through ``continue_conversation`` (the
   SDK's proactive path): botbuilder's ``TestAdapter`` in tests, or an adapter a host already has.
 
 Exception hierarchy: transports raise the SDK's own exceptions (msrest ``ErrorResponseException``,
-``ClientRequestError``, ``CredentialsError``); ``bridge_teams.errors`` reads them.
+``ClientRequestError``, ``CredentialsError``); ``bridge_teams.errors`` reads them. One core error
+comes straight from here: ``TransportError`` when too many calls given up on still hold threads.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from botframework.connector.auth import AppCredentials  # type: ignore[import-un
 from msrest.exceptions import HttpOperationError
 from urllib3.util.retry import Retry
 
+from bridge_core import TransportError
 from bridge_teams.settings import DEFAULT_SCOPE
 
 __all__ = [
@@ -156,8 +160,25 @@ def _turn_off_resends(client: ConnectorClient) -> None:
     policy.raise_on_status = False
 
 
+class _Attempt:
+    """One call's worker thread as both sides see it (under the transport's lock)."""
+
+    __slots__ = ("abandoned", "running")
+
+    def __init__(self) -> None:
+        self.abandoned = False  # the caller stopped waiting (its deadline, or its task cancelled)
+        self.running = False  # the thread is inside the call
+
+
 class ConnectorTransport:
-    """``ConnectorClient`` per service URL, called from worker threads."""
+    """``ConnectorClient`` per service URL, called from worker threads.
+
+    At most ``max_threads`` calls run at once. A call whose caller stops waiting leaves its thread
+    behind (requests' blocking I/O cannot be interrupted from outside): the thread finishes the
+    request it is in, bounded by ``timeout`` per connection attempt and per wait on the answer, its
+    result is dropped, and it starts no further request. While ``max_threads`` such threads are
+    still running, new calls fail at once instead of adding more.
+    """
 
     def __init__(
         self,
@@ -169,14 +190,36 @@ class ConnectorTransport:
         self._credentials = credentials
         self._timeout = timeout
         self._clients: dict[str, ConnectorClient] = {}
-        self._clients_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._limiter = anyio.CapacityLimiter(max_threads)
+        self._max_abandoned = max_threads
+        self._abandoned_running = 0
+        self._abandoned_ended = threading.Condition(self._lock)
 
     def __repr__(self) -> str:
         return f"ConnectorTransport(services={sorted(self._clients)!r})"
 
+    @property
+    def abandoned_threads(self) -> int:
+        """Threads still in a call whose caller stopped waiting."""
+        with self._lock:
+            return self._abandoned_running
+
+    def join_abandoned(self, timeout: float) -> bool:
+        """Block (in a thread, not on the event loop) until no thread given up on is running;
+        False if some still are after ``timeout`` seconds."""
+        with self._abandoned_ended:
+            return self._abandoned_ended.wait_for(lambda: not self._abandoned_running, timeout)
+
+    def _thread_done(self, attempt: _Attempt) -> None:
+        with self._abandoned_ended:
+            attempt.running = False
+            if attempt.abandoned:
+                self._abandoned_running -= 1
+                self._abandoned_ended.notify_all()
+
     def _client(self, service_url: str) -> ConnectorClient:
-        with self._clients_lock:
+        with self._lock:
             client = self._clients.get(service_url)
             if client is None:
                 client = ConnectorClient(self._credentials, base_url=service_url)
@@ -186,18 +229,60 @@ class ConnectorTransport:
             return client
 
     async def _run(self, call: Callable[[], Any]) -> Any:
-        def once_more_on_401() -> Any:
-            try:
-                return call()
-            except HttpOperationError as exc:
-                # The connector refused our cached token, so it did not act on the request:
-                # fetching a fresh token and sending again cannot duplicate anything.
-                if getattr(exc.response, "status_code", None) != 401:
-                    raise
-            self._credentials.get_access_token(force_refresh=True)
-            return call()
+        attempt = _Attempt()
 
-        return await anyio.to_thread.run_sync(once_more_on_401, limiter=self._limiter)
+        def still_wanted() -> bool:
+            with self._lock:
+                return not attempt.abandoned
+
+        def in_thread() -> Any:
+            with self._lock:
+                if attempt.abandoned:  # given up on before a thread took it: send nothing
+                    return None
+                attempt.running = True
+            try:
+                # The token first (cached, or fetched now; msrest then reads the cached one): a
+                # slow token service uses up the caller's deadline before the request goes out,
+                # and a caller gone by then sends nothing. Without an app id nothing is signed.
+                if self._credentials.microsoft_app_id:
+                    self._credentials.get_access_token()
+                if not still_wanted():
+                    return None
+                try:
+                    return call()
+                except HttpOperationError as exc:
+                    # The connector refused our cached token, so it did not act on the request:
+                    # fetching a fresh token and sending again cannot duplicate anything.
+                    if getattr(exc.response, "status_code", None) != 401:
+                        raise
+                self._credentials.get_access_token(force_refresh=True)
+                if not still_wanted():
+                    return None
+                return call()
+            finally:
+                self._thread_done(attempt)
+
+        with self._lock:
+            if self._abandoned_running >= self._max_abandoned:
+                raise TransportError(
+                    f"{self._abandoned_running} Bot Connector calls given up on are still "
+                    "waiting for an answer; no new call starts until they end"
+                )
+        try:
+            return await anyio.to_thread.run_sync(
+                in_thread, limiter=self._limiter, abandon_on_cancel=True
+            )
+        except anyio.get_cancelled_exc_class():
+            # The caller's deadline (or its task's cancellation) cut the wait short. The thread
+            # cannot be stopped: it runs until the answer or requests' per-operation timeout ends
+            # its current request, its outcome is dropped, and it sends nothing more. anyio has
+            # already freed its limiter slot, so it is counted here until it ends: a connector
+            # that stalls every call cannot pile up threads without bound.
+            with self._lock:
+                attempt.abandoned = True
+                if attempt.running:
+                    self._abandoned_running += 1
+            raise
 
     async def send(self, reference: ConversationReference, activity: Activity) -> str:
         client = self._client(reference.service_url)
@@ -223,7 +308,7 @@ class ConnectorTransport:
         await self._run(call)
 
     async def aclose(self) -> None:
-        with self._clients_lock:
+        with self._lock:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()

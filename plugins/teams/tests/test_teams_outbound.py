@@ -236,15 +236,6 @@ async def test_blocking_io_stays_off_the_event_loop(
     assert len(gaps) > 20 and max(gaps) < 0.25
 
 
-async def test_slow_connector_times_out(
-    fake: FakeTeams, make_settings: Callable[..., TeamsSettings], channel: str
-) -> None:
-    fake.script("send_activity", Reply.slow(3.0))
-    async with TeamsProvider(make_settings(fake, call_deadline=0.5), profile="p") as provider:
-        with pytest.raises(TransportError, match="network"):
-            await provider.post(channel, "slow")
-
-
 async def test_no_reference_and_no_service_url_is_unreachable(
     fake: FakeTeams, make_settings: Callable[..., TeamsSettings], channel: str
 ) -> None:
