@@ -625,6 +625,8 @@ def _resolve_profiles(
                 )
             )
             continue
+        if config.path is not None:
+            settings = _paths_beside(settings, config.path.parent)
         own_budget = getattr(settings, "budget", None)
         default = provider_type.budget
         if isinstance(own_budget, (str, BudgetNumbers)):
@@ -636,6 +638,38 @@ def _resolve_profiles(
                 "send_budget": resolve_budget(profile.budget, default),
             }
         )
+
+
+def _paths_beside(value: Any, folder: Path) -> Any:
+    """``value`` with each relative ``Path`` in it, at any depth of models, lists, tuples and
+    dicts, made relative to ``folder`` (the config file's); everything else is kept as it is.
+
+    A provider's settings are read like ``stores.ledger``: a path in the file means the same
+    file whatever folder the gateway is started from (ADR 0063). Only values pydantic produced as
+    ``Path`` are touched, so a setting typed ``str`` is never mistaken for one.
+    """
+    if isinstance(value, Path):
+        return value if value.is_absolute() else folder / value
+    if isinstance(value, BaseModel):
+        changed = {}
+        for name in type(value).model_fields:
+            current = getattr(value, name)
+            resolved = _paths_beside(current, folder)
+            if resolved is not current:
+                changed[name] = resolved
+        # model_copy, not a new validation: the values were validated, and a frozen model stays so.
+        return value.model_copy(update=changed) if changed else value
+    if isinstance(value, (list, tuple)):
+        items = [_paths_beside(item, folder) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        entries = {key: _paths_beside(item, folder) for key, item in value.items()}
+        if all(entries[key] is item for key, item in value.items()):
+            return value
+        return entries
+    return value
 
 
 def masked(value: Any) -> Any:

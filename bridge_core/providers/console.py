@@ -121,8 +121,8 @@ class ConsoleSettings(BaseModel):
 
     transcript: Path | None = None
     """A JSON Lines file that gets one line per post, edit and failed send, flushed as it is
-    written; appended to, never truncated. A relative path is relative to the working directory. Not
-    set: no transcript."""
+    written; appended to, never truncated. A relative path is relative to the config file's folder,
+    as ``stores.ledger`` is. Not set: no transcript."""
     output: Literal["stdout", "stderr", "none"] = "stdout"
     """Where messages are drawn: ``stdout``, ``stderr``, or ``none`` (the transcript only). Move
     them off standard output when something else is written there."""
@@ -141,11 +141,11 @@ class ConsoleSettings(BaseModel):
     blocked: list[str] = Field(default_factory=list)
     """Channel ids the bot has no access to: posts and edits there raise ``Forbidden`` and the probe
     answers no, as when a bot is removed from a channel."""
-    inbound: str | None = None
+    inbound: Literal["-", "stdin"] | Path | None = None
     """Where people's messages come from: ``-`` or ``stdin`` for standard input, else a file read
-    line by line. A line ``#other text`` goes to channel ``other``; a JSON object line (``id``,
-    ``text``, and optionally ``channel``, ``author``, ``thread``) carries its own message id. Not
-    set: no inbound."""
+    line by line (a relative path is relative to the config file's folder). A line ``#other text``
+    goes to channel ``other``; a JSON object line (``id``, ``text``, and optionally ``channel``,
+    ``author``, ``thread``) carries its own message id. Not set: no inbound."""
     inbound_channel: str = "console"
     """The channel id that inbound lines go to unless they name their own; match a channel's
     ``channel_id`` so its agent answers them."""
@@ -292,7 +292,9 @@ class ConsoleProvider(ChatProvider):
         try:
             file = await anyio.open_file(source, encoding="utf-8")
         except OSError as exc:
-            raise Unreachable(f"console inbound file {source!r} cannot be read: {exc}") from exc
+            raise Unreachable(
+                f"console inbound file {str(source)!r} cannot be read: {exc}"
+            ) from exc
         async with file:
             async for line in file:
                 await self._inbound_line(line, sink)
