@@ -5,6 +5,8 @@
 - ``fake_slack``, ``fake_discord``, ``fake_teams``: the platforms' APIs on top of it;
   ``slack_events``: signed Slack Events API requests;
 - ``conformance``: ``ProviderConformance``, the suite every provider's tests subclass;
+- ``config_docs``: the rule that every config key has a description, for the core's models and
+  any plugin's settings (the conformance suite runs it);
 - ``pytest_plugin``: fixtures (``start_fake``, ``fake_platform``, ``fake_slack``), loaded
   automatically through the ``pytest11`` entry point wherever bridge-core is installed;
 - ``budget``: an independent checker of a transcript against a send budget and edit spacing;

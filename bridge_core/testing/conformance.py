@@ -20,6 +20,9 @@ leak, and a hook that scripts each ``Fault`` on the fake::
 The contract it checks (the core relies on each point):
 
 - the type declares its name, capabilities, budget and settings model without connecting;
+- the settings model describes every key and documents every table, as the core's do
+  (``bridge_core.testing.config_docs``): the configuration reference and a missing key's error
+  show those descriptions;
 - ``post`` returns a ``MessageRef`` that ``edit`` accepts, and an edit is in place;
 - without edit support, ``edit`` is refused with a ``ProviderError`` that says so, sending nothing;
 - ``post`` sends text as given (the core escapes and chunks with ``bridge_core.text.prepare``);
@@ -69,6 +72,11 @@ from bridge_core.provider import (
     SendBudget,
     TransportError,
     Unreachable,
+)
+from bridge_core.testing.config_docs import (
+    HOW_TO_DESCRIBE,
+    undescribed_fields,
+    undocumented_models,
 )
 from bridge_core.text import measure, prepare
 
@@ -242,6 +250,13 @@ class ProviderConformance:
             assert provider.capabilities == kind.capabilities
         after = harness.request_count() if harness.request_count else 0
         assert after == before, "building the provider must not contact the platform"
+
+    def test_settings_are_documented(self, harness: ConformanceHarness) -> None:
+        # The configuration reference and a missing key's error show these texts (ADR 0062).
+        model = harness.provider_type.settings_model
+        missing = [f"{name} (no description)" for name in undescribed_fields(model)]
+        missing += [f"{name} (no docstring)" for name in undocumented_models(model)]
+        assert missing == [], f"document the settings: {missing}; {HOW_TO_DESCRIBE}"
 
     def test_registers_through_the_hook(self, harness: ConformanceHarness) -> None:
         if harness.plugin is None:

@@ -3,44 +3,27 @@
 The configuration reference (docs/configuration.md) shows each field's description, and a missing
 key's error quotes it; a field added without one would show a blank. The rule covers the core's
 models (everything reachable from ``BridgeConfig``) and the settings model of every installed
-provider, the built-in console's and the plugins' in ``plugins/`` alike.
+provider, the built-in console's and the plugins' in ``plugins/`` alike. The rule itself lives in
+``bridge_core.testing.config_docs``, which the conformance kit also runs on any plugin's settings.
 """
 
 from __future__ import annotations
 
-import typing
-from collections.abc import Iterator
-
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from bridge_core.config import BridgeConfig
 from bridge_core.plugins import create_plugin_manager
+from bridge_core.testing.config_docs import (
+    HOW_TO_DESCRIBE,
+    reachable_models,
+    undescribed_fields,
+    undocumented_models,
+)
 
 # The README's test command installs every plugin in plugins/; without them this rule would
 # quietly check less.
 EXPECTED_PROVIDERS = {"console", "slack", "discord", "teams"}
-
-
-def _models_in(annotation: object) -> Iterator[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-        return
-    for arg in typing.get_args(annotation):
-        yield from _models_in(arg)
-
-
-def _reachable(root: type[BaseModel]) -> list[type[BaseModel]]:
-    """``root`` and every model its fields mention, at any depth."""
-    seen: list[type[BaseModel]] = []
-    stack = [root]
-    while stack:
-        model = stack.pop()
-        if model not in seen:
-            seen.append(model)
-            for field in model.model_fields.values():
-                stack.extend(_models_in(field.annotation))
-    return seen
 
 
 @pytest.fixture(scope="module")
@@ -61,43 +44,45 @@ def test_the_plugins_of_this_repository_are_installed(roots: dict[str, type[Base
 
 def test_every_config_field_has_a_description(roots: dict[str, type[BaseModel]]) -> None:
     undescribed = [
-        f"{root}: {model.__module__}.{model.__name__}.{name}"
-        for root, top in roots.items()
-        for model in _reachable(top)
-        for name, field in model.model_fields.items()
-        if not (field.description or "").strip()
+        f"{root}: {field}" for root, top in roots.items() for field in undescribed_fields(top)
     ]
-    assert undescribed == [], (
-        "describe these config fields (an attribute docstring under the field, with "
-        f"use_attribute_docstrings=True in the model's config): {undescribed}"
-    )
+    assert undescribed == [], f"{HOW_TO_DESCRIBE}: {undescribed}"
 
 
 def test_every_config_model_has_a_docstring(roots: dict[str, type[BaseModel]]) -> None:
     # The reference introduces each table with its model's docstring.
     undocumented = [
-        f"{root}: {model.__module__}.{model.__name__}"
-        for root, top in roots.items()
-        for model in _reachable(top)
-        if not (model.__doc__ or "").strip()
+        f"{root}: {model}" for root, top in roots.items() for model in undocumented_models(top)
     ]
     assert undocumented == []
 
 
 def test_the_rule_finds_a_field_without_a_description() -> None:
     class Nested(BaseModel):
-        """A table."""
+        model_config = ConfigDict(use_attribute_docstrings=True)
 
         bare: int = 1
+
+    class Listed(BaseModel):
+        """A table in a list."""
+
+        model_config = ConfigDict(use_attribute_docstrings=True)
+
+        described: int = 1
+        """Described."""
 
     class Root(BaseModel):
         """The top."""
 
-        tables: dict[str, Nested] = {}
+        model_config = ConfigDict(use_attribute_docstrings=True)
 
-    fields = [
-        (model.__name__, name, field.description)
-        for model in _reachable(Root)
-        for name, field in model.model_fields.items()
-    ]
-    assert ("Nested", "bare", None) in fields
+        tables: dict[str, Nested] = {}
+        """Tables by name."""
+        rows: list[Listed] | None = None
+
+    assert set(reachable_models(Root)) == {Root, Nested, Listed}
+    assert {name.split("<locals>.")[-1] for name in undescribed_fields(Root)} == {
+        "Root.rows",
+        "Nested.bare",
+    }
+    assert [name.split("<locals>.")[-1] for name in undocumented_models(Root)] == ["Nested"]

@@ -1,6 +1,8 @@
 """The provider template's settings model describes every key, as bridge-core's own models do
 (ADR 0062), so a provider started from it shows a full row for each key in the configuration
-reference. Fast: the generated settings module is imported here, nothing is installed."""
+reference and passes the conformance kit's ``test_settings_are_documented`` (which the generated
+project's own suite runs, in test_cookiecutter_provider.py). Fast: the generated settings module is
+imported here, nothing is installed."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 from cookiecutter.main import cookiecutter
 from pydantic import BaseModel
+
+from bridge_core.testing.config_docs import undescribed_fields, undocumented_models
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "cookiecutter-provider"
 
@@ -35,5 +39,6 @@ def test_every_settings_field_of_the_template_has_a_description(
     model = settings.DocsCheckSettings
     assert issubclass(model, BaseModel)
     assert {"token", "api_base_url", "timeout"} <= set(model.model_fields)
-    undescribed = [name for name, f in model.model_fields.items() if not f.description]
-    assert undescribed == []
+    # The rule the core's models and the conformance kit's test_settings_are_documented follow.
+    assert undescribed_fields(model) == []
+    assert undocumented_models(model) == []

@@ -115,10 +115,16 @@ class FakeToyChat(FakePlatform):
 
 
 class ToySettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A ToyChat profile's settings."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
     token: SecretStr
+    """The bot's API token."""
     api_base_url: str
+    """Where ToyChat's API is."""
     timeout: float = 0.5
+    """Seconds one request may take."""
 
 
 class ToyProvider(ChatProvider):
@@ -443,6 +449,28 @@ async def test_catches_an_edit_that_reaches_the_platform_without_support(
 ) -> None:
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         await SUITE.test_edit_without_support_is_refused(make_harness(toy, ClaimsNoEditButEdits))
+
+
+def test_catches_settings_without_descriptions(toy: FakeToyChat) -> None:
+    class Options(BaseModel):  # a nested table: no docstring, one key undescribed
+        model_config = ConfigDict(use_attribute_docstrings=True)
+
+        verbose: bool = False
+
+    class TerseSettings(ToySettings):
+        """ToySettings plus a table nobody described."""
+
+        options: Options = Options()
+
+    harness = make_harness(toy, ToyProvider)
+    harness.provider_type = dataclasses.replace(harness.provider_type, settings_model=TerseSettings)
+    with pytest.raises(AssertionError, match="document the settings") as caught:
+        SUITE.test_settings_are_documented(harness)
+    message = str(caught.value)
+    assert "TerseSettings.options (no description)" in message
+    assert "Options.verbose (no description)" in message
+    assert "Options (no docstring)" in message
+    assert "token" not in message, "the toy's own keys are described"
 
 
 def test_harness_build_validates_settings(toy: FakeToyChat) -> None:
