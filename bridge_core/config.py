@@ -38,25 +38,27 @@ import tomllib
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Any
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    ConfigDict,
-    Discriminator,
     Field,
     SecretStr,
-    Tag,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
+from bridge_core._config_budget import (
+    BudgetNumbers,
+    BudgetSpec,
+    StrictModel,
+    WindowSpec,
+    resolve_budget,
+)
 from bridge_core._config_problems import ConfigProblem, problems_from
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderType
-from bridge_core.provider import BUDGET_PRESETS, SendBudget, Window
+from bridge_core.provider import SendBudget
 
 if typing.TYPE_CHECKING:
     from bridge_core.plugins import ProviderRegistry
@@ -146,138 +148,6 @@ def _resolve_env_refs(
     return data
 
 
-# --------------------------------------------------------------------------- budgets
-
-
-class _Strict(BaseModel):
-    # Each field's docstring is its description: the configuration reference in the docs shows
-    # it, and a missing key's error quotes its first sentence (ADR 0062).
-    model_config = ConfigDict(
-        extra="forbid", arbitrary_types_allowed=True, use_attribute_docstrings=True
-    )
-
-
-def _presets() -> str:
-    return ", ".join(sorted(BUDGET_PRESETS))
-
-
-def _check_preset_name(value: str) -> str:
-    if value not in BUDGET_PRESETS:
-        raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
-    return value
-
-
-PresetName = Annotated[str, AfterValidator(_check_preset_name)]
-"""The name of a budget preset in ``bridge_core.provider.BUDGET_PRESETS``."""
-
-
-class WindowSpec(_Strict):
-    """A sliding window: at most ``limit`` sends in any ``seconds``-long stretch of time."""
-
-    limit: int = Field(ge=1)
-    """Sends allowed in any one window. The sender waits rather than exceed it, however full the
-    token bucket is."""
-    seconds: float = Field(gt=0)
-    """The window's length, in seconds. It slides: each send counts against the window for
-    ``seconds`` after it was made."""
-
-
-_HOUR = 3600.0
-
-
-class BudgetNumbers(_Strict):
-    """A budget written out: a ``preset`` to start from and/or the numbers that replace its own.
-
-    Without a preset, ``burst`` and one of ``per_second``/``per_hour`` are required; ``per_hour``
-    alone also caps any 3,600 s window at that many sends.
-    """
-
-    preset: PresetName | None = None
-    """The preset to start from: ``slack``, ``discord``, ``teams`` or ``unlimited``. The other keys
-    replace its numbers; without a preset, ``burst`` and a rate are required."""
-    burst: int | None = Field(default=None, ge=1)
-    """Sends allowed back to back: the token bucket's size. A full bucket lets this many go at once
-    before the rate paces the rest; raise it only where the platform tolerates bursts. Not set: the
-    preset's."""
-    per_second: float | None = Field(default=None, gt=0)
-    """Sustained sends per second: the bucket's refill rate. Give this or ``per_hour``, not both.
-    It replaces the preset's rate and its hourly cap; the preset's shorter windows stay unless
-    ``windows`` is given. Not set: the preset's."""
-    per_hour: int | None = Field(default=None, ge=1)
-    """Sustained sends per hour, for a platform with an hourly cap. The bucket refills at ``per_hour
-    / 3600`` a second, and a 3,600 s window caps any hour at this many, which the bucket alone would
-    overshoot by ``burst``. It replaces the preset's hourly cap; the preset's shorter windows stay
-    unless ``windows`` is given."""
-    windows: list[WindowSpec] | None = None
-    """Sliding windows on top of the bucket, for a platform's short-term caps (Discord's 5 sends in
-    5 s per channel) that the bucket alone would overshoot. Given, they replace the preset's
-    windows. Not set: the preset's (its hourly cap only when the rate is the preset's too)."""
-    edit_spacing: float | None = Field(default=None, ge=0)
-    """Least seconds between two writes to one message (its post and each edit). A live message that
-    changes faster shows only its latest state when its turn comes; raise it to edit less often. Not
-    set: the preset's, or 2 s without a preset."""
-
-    @model_validator(mode="after")
-    def _complete(self) -> BudgetNumbers:
-        if self.per_second is not None and self.per_hour is not None:
-            raise ValueError("give per_second or per_hour, not both")
-        if self.preset is None and (
-            self.burst is None or (self.per_second is None and self.per_hour is None)
-        ):
-            raise ValueError("a budget without a preset needs burst and per_second or per_hour")
-        return self
-
-    def resolve(self) -> SendBudget:
-        base = BUDGET_PRESETS[self.preset] if self.preset is not None else None
-        burst = self.burst if self.burst is not None else base.burst if base else 1
-        spacing = (
-            self.edit_spacing
-            if self.edit_spacing is not None
-            else (base.edit_spacing if base else 2.0)
-        )
-        windows: tuple[Window, ...]
-        if self.windows is not None:
-            windows = tuple(Window(w.limit, w.seconds) for w in self.windows)
-        elif base is None:
-            windows = ()
-        elif self.per_hour is not None or self.per_second is not None:
-            # A new rate replaces the preset's hourly cap (it is the preset's rate over an
-            # hour); the preset's short windows (Discord's 5 in 5 s) are platform caps and stay.
-            windows = tuple(w for w in base.windows if w.seconds < _HOUR)
-        else:
-            windows = base.windows
-        if self.per_hour is not None:
-            return SendBudget.hourly(
-                burst=burst, per_hour=self.per_hour, edit_spacing=spacing, extra=windows
-            )
-        per_second = self.per_second if self.per_second is not None else base.per_second  # type: ignore[union-attr]
-        return SendBudget(burst=burst, per_second=per_second, windows=windows, edit_spacing=spacing)
-
-
-def _budget_kind(value: Any) -> str:
-    return "budget-preset" if isinstance(value, str) else "budget-numbers"
-
-
-# A tagged union: a string is only ever read as a preset name and a table only as numbers, so an
-# error names one problem rather than one per union member.
-BudgetSpec = Annotated[
-    Union[  # noqa: UP007 - Annotated needs a runtime union here
-        Annotated[PresetName, Tag("budget-preset")], Annotated[BudgetNumbers, Tag("budget-numbers")]
-    ],
-    Discriminator(_budget_kind),
-]
-"""A preset name (``"slack"``) or a ``BudgetNumbers`` table."""
-
-
-def resolve_budget(spec: str | BudgetNumbers | None, default: SendBudget) -> SendBudget:
-    """The ``SendBudget`` a spec stands for, or ``default`` when there is none."""
-    if spec is None:
-        return default
-    if isinstance(spec, str):
-        return BUDGET_PRESETS[_check_preset_name(spec)]
-    return spec.resolve()
-
-
 # --------------------------------------------------------------------------- sections
 
 
@@ -286,7 +156,7 @@ def known_event_kinds() -> frozenset[str]:
     return frozenset(cls.kind for cls in FleetEvent.__subclasses__() if cls is not UnknownEvent)
 
 
-class NotifySettings(_Strict):
+class NotifySettings(StrictModel):
     """Notification timing (seed ADR 0007): how long a new agent's message waits, and when a
     burst of spawns shares one summary message instead of a message each."""
 
@@ -305,7 +175,7 @@ class NotifySettings(_Strict):
     message; lower it if unrelated spawns get lumped together."""
 
 
-class ProfileConfig(_Strict):
+class ProfileConfig(StrictModel):
     """A bot: a provider with its settings. After loading, ``settings`` holds the validated
     settings model, and ``provider_type`` and ``send_budget`` are filled in."""
 
@@ -330,7 +200,7 @@ class ProfileConfig(_Strict):
 _AGENT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
-class ChannelConfig(_Strict):
+class ChannelConfig(StrictModel):
     """A chat channel the bridge writes to (and reads from)."""
 
     profile: str = Field(min_length=1)
@@ -383,7 +253,7 @@ _LEDGER_SCHEMES = ("postgresql://", "postgres://")
 _MEMBERSHIP_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-class StoresConfig(_Strict):
+class StoresConfig(StrictModel):
     """Where state lives. Relative paths are relative to the config file's folder."""
 
     ledger: str = "bridge.sqlite3"
@@ -434,7 +304,7 @@ class StoresConfig(_Strict):
         return None if self.membership == "embedded" else self.membership
 
 
-class ApiConfig(_Strict):
+class ApiConfig(StrictModel):
     """The gateway's HTTP API (events in, health, metrics, provider routes)."""
 
     host: str = "127.0.0.1"
@@ -455,7 +325,7 @@ class ApiConfig(_Strict):
     in one request."""
 
 
-class BridgeConfig(_Strict):
+class BridgeConfig(StrictModel):
     """The whole file. ``path`` is where it was read from (None when built in code)."""
 
     path: Path | None = Field(default=None, exclude=True)
