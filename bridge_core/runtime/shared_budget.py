@@ -14,6 +14,17 @@ gateway's key prefix, hash-tagged to one cluster slot: ``<prefix>:budget:{<chann
 Both expire once the bucket would be full and every window empty again, so an idle channel's
 keys clean themselves and a fresh key means exactly "nothing sent lately".
 
+Priority across gateways (ADR 0055, "Priority"): each sender orders its own queue, but between
+gateways the bucket is first come, first served unless the classes differ in what they must
+leave behind. A send of class ``p`` needs ``1 + headroom(budget, p)`` tokens and takes one, where
+``headroom`` is ``min(p, burst - 1)`` (TERMINAL 0, NEW 1, UPDATE 2, never the whole bucket): a
+stream of intermediate edits always leaves two tokens, a new message one, so another gateway's
+reply goes at once or at the next token, never behind the stream. Alone, a class keeps the full
+sustained rate (only its burst is smaller by its headroom). Windows take no headroom: a window's
+limit is a rate, and a slot kept free would cut a lone class's sustained rate (Discord's 5 in
+5 s by a fifth). A lower class is told to wait at most one token's time, so a sender that asked
+for an edit and meanwhile got a reply of its own loses no more time than before.
+
 Redis unreachable (or refusing: a read-only replica after a failover, out of memory): sending
 pauses. ``reserve`` answers "wait" (0.5 s, doubling to 5 s) until Redis records sends again,
 logging a warning once per outage, naming the error, and a note when it is back. Falling back
@@ -37,8 +48,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from bridge_core.provider import SendBudget
+from bridge_core.sending.ops import Priority
 
-__all__ = ["RETRY_MAX", "RETRY_MIN", "Grant", "SharedBudgetGate", "SharedBudgets"]
+__all__ = ["RETRY_MAX", "RETRY_MIN", "Grant", "SharedBudgetGate", "SharedBudgets", "headroom"]
 
 log = logging.getLogger("bridge_core.runtime.shared_budget")
 
@@ -46,7 +58,8 @@ RETRY_MIN = 0.5
 RETRY_MAX = 5.0
 
 # KEYS: bucket hash, send-times sorted set.
-# ARGV: burst, per_second, ttl_ms, member (unique per send), then limit/seconds pairs.
+# ARGV: burst, per_second, ttl_ms, member (unique per send), headroom (tokens this send must
+# leave for higher classes), then limit/seconds pairs.
 # Numbers leave Lua through string.format: Lua's own tostring keeps only 14 digits, which would
 # round the server's epoch seconds to 0.1 ms.
 _SCRIPT = """
@@ -63,12 +76,15 @@ if state[1] and state[2] then
     tokens = math.min(burst, tokens + elapsed * rate)
   end
 end
+local need = 1 + tonumber(ARGV[5])
 local wait = 0
-if tokens < 1 then
-  wait = (1 - tokens) / rate
+if tokens < need then
+  -- at most one token's time: a lower class asks again soon, and its sender may meanwhile
+  -- have a higher-class send of its own that fits already
+  wait = math.min((need - tokens) / rate, 1 / rate)
 end
 local keep = 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local limit = tonumber(ARGV[i])
   local seconds = tonumber(ARGV[i + 1])
   if limit > keep then keep = limit end
@@ -91,6 +107,16 @@ if keep > 0 then
 end
 return {'go', string.format('%.6f', now)}
 """
+
+
+def headroom(budget: SendBudget, priority: int) -> int:
+    """Tokens a send of ``priority`` (a ``Priority``) must leave in the bucket for the classes
+    above it.
+
+    One per class above (TERMINAL 0, NEW 1, UPDATE 2), but never the whole bucket, so every
+    class can send at the full sustained rate on any budget (with burst 1 there is no priority).
+    """
+    return min(int(priority), budget.burst - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +182,22 @@ class SharedBudgetGate:
         longest = max((w.seconds for w in budget.windows), default=0.0)
         # idle this long, the bucket is full and every window empty: the key may go
         ttl = max(longest, budget.burst / budget.per_second) + 1.0
-        self._args: list[Any] = [budget.burst, repr(budget.per_second), math.ceil(ttl * 1000)]
+        head: list[Any] = [budget.burst, repr(budget.per_second), math.ceil(ttl * 1000)]
+        windows: list[Any] = []
         for window in budget.windows:
-            self._args += [window.limit, repr(window.seconds)]
+            windows += [window.limit, repr(window.seconds)]
+        self._args = {int(p): [*head, headroom(budget, p), *windows] for p in Priority}
         self._retry = 0.0
         self.outages = 0  # how many times Redis became unreachable (for tests and metrics)
 
-    async def take(self) -> Grant:
-        """Ask Redis once: a recorded send, or how long to wait (also while Redis is away)."""
+    async def take(self, *, priority: int) -> Grant:
+        """Ask Redis once for a send of ``priority``: a recorded send, or how long to wait (also
+        while Redis is away)."""
+        args = self._args.get(priority)
+        if args is None:
+            raise ValueError(f"priority must be a Priority (0, 1 or 2), got {priority!r}")
         try:
-            grant = await self._budgets._run(self._keys, self._args)
+            grant = await self._budgets._run(self._keys, args)
         except (RedisError, OSError) as error:
             if not self._retry:
                 self.outages += 1
@@ -182,7 +214,8 @@ class SharedBudgetGate:
             self._retry = 0.0
         return grant
 
-    async def reserve(self, now: float) -> float:
-        """``SendGate``: Redis keeps the clock, so ``now`` is not used."""
+    async def reserve(self, now: float, *, priority: int) -> float:
+        """``SendGate``: Redis keeps the clock, so ``now`` is not used; ``priority`` sets the
+        headroom the send must leave for higher classes of every gateway."""
         del now
-        return (await self.take()).wait
+        return (await self.take(priority=priority)).wait

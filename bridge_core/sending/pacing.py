@@ -8,10 +8,11 @@ times of recent sends and also refuses a send that would put more than ``limit``
 
 The recorded times are bounded by the largest window limit, never by traffic.
 
-``SendGate`` is what the sender asks before each send: ``reserve(now)`` either takes one send
-(returns ``0.0``) or says how many seconds to wait first, taking nothing. ``BudgetGate`` is the
-in-process gate; the runtime hands a shared one (``bridge_core.runtime.shared_budget``) to the
-senders of gateways that share a channel, so check and record are one step there.
+``SendGate`` is what the sender asks before each send: ``reserve(now, priority=…)`` either takes
+one send (returns ``0.0``) or says how many seconds to wait first, taking nothing. ``BudgetGate``
+is the in-process gate; the runtime hands a shared one (``bridge_core.runtime.shared_budget``) to
+the senders of gateways that share a channel, so check and record are one step there, and the
+priority orders the senders of different gateways (ADR 0055).
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ __all__ = ["BudgetGate", "SendGate"]
 class SendGate(Protocol):
     """Decides when a channel's next send may go; ``ChannelSender`` asks it before each send."""
 
-    async def reserve(self, now: float) -> float:
+    async def reserve(self, now: float, *, priority: int) -> float:
         """Take one send at once and return ``0.0``, or return the seconds to wait (nothing taken).
 
         ``now`` is the caller's ``anyio.current_time()``; a shared gate may read its own clock.
+        ``priority`` is the send's class (a ``Priority``, 0 highest); a gate shared by several
+        senders may hold lower classes back so that higher ones of other senders go first.
         """
         ...
 
@@ -76,8 +79,12 @@ class BudgetGate:
                 wait = max(wait, history[count - window.limit] + window.seconds - now)
         return wait if wait > 1e-9 else 0.0
 
-    async def reserve(self, now: float) -> float:
-        """``SendGate``: check and record in one step (never yields, so nothing can interleave)."""
+    async def reserve(self, now: float, *, priority: int) -> float:
+        """``SendGate``: check and record in one step (never yields, so nothing can interleave).
+
+        ``priority`` is not used: this gate serves one sender, which already sends its queue
+        highest class first, so there is no one else to leave headroom for.
+        """
         wait = self.delay(now)
         if wait == 0.0:
             self.record(now)

@@ -456,7 +456,7 @@ class ChannelSender:
         # for a token may already have begun; only the head of the queue ever has.
         if isinstance(op, Post) and op.begin is not None and not await self._begin(work, op):
             return
-        delay = await self._gate.reserve(anyio.current_time())
+        delay = await self._gate.reserve(anyio.current_time(), priority=work.priority)
         if delay > 0:
             await anyio.sleep(delay)  # the work stays queued; the next step re-renders it
             return

@@ -2,12 +2,13 @@
 sender's ``gate=`` seam.
 
 Real Redis in real time for the shared gate (three gates, as if three gateways, hammer one
-channel; the independent checker replays the budget over every granted send), virtual time for
-the sender's use of a gate.
+channel; the independent checker replays the budget over every granted send; one gateway's
+stream of edits against another's replies), virtual time for the sender's use of a gate.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -18,10 +19,22 @@ import pytest
 import trio.testing
 from redis.asyncio import Redis
 
-from bridge_core.provider import SendBudget, Window
+from bridge_core.provider import (
+    DISCORD_BUDGET,
+    SLACK_BUDGET,
+    TEAMS_BUDGET,
+    SendBudget,
+    Window,
+)
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
-from bridge_core.runtime.shared_budget import RETRY_MIN, SharedBudgetGate, SharedBudgets
-from bridge_core.sending import ChannelSender, Post
+from bridge_core.runtime.shared_budget import (
+    RETRY_MIN,
+    Grant,
+    SharedBudgetGate,
+    SharedBudgets,
+    headroom,
+)
+from bridge_core.sending import ChannelSender, Edit, Post, Priority
 from bridge_core.testing.budget import (
     TranscriptEntry,
     check_budget,
@@ -72,7 +85,7 @@ async def test_three_gateways_never_exceed_one_budget_together(prefix: str) -> N
     async def hammer(index: int, gate: SharedBudgetGate) -> None:
         # two senders' worth of demand per gateway, retrying as soon as told
         while True:
-            grant = await gate.take()
+            grant = await gate.take(priority=Priority.TERMINAL)
             asked[index] += 1
             if grant.go:
                 assert grant.at is not None
@@ -140,7 +153,7 @@ async def test_keys_are_the_channels_and_expire(prefix: str) -> None:
     [budgets] = await gateways(1, prefix)
     redis = Redis.from_url(require_redis())
     try:
-        grant = await budgets.gate("slack/C9", BUDGET).take()
+        grant = await budgets.gate("slack/C9", BUDGET).take(priority=Priority.TERMINAL)
         assert grant.go
         base = f"{prefix}:budget:{{slack/C9}}"
         for key in (f"{base}:bucket", f"{base}:sends"):
@@ -160,16 +173,128 @@ async def test_unreachable_redis_pauses_logs_once_and_recovers(
     gate = down.gate("slack/C2", BUDGET)
     try:
         with caplog.at_level(logging.WARNING, logger="bridge_core.runtime.shared_budget"):
-            waits = [await gate.reserve(0.0) for _ in range(3)]
+            waits = [await gate.reserve(0.0, priority=Priority.UPDATE) for _ in range(3)]
             assert waits == [RETRY_MIN, 2 * RETRY_MIN, 4 * RETRY_MIN]
             assert gate.outages == 1
             assert len(caplog.records) == 1 and "unavailable" in caplog.records[0].message
             gate._budgets = up  # Redis answers again
-            assert await gate.reserve(0.0) == 0.0
+            assert await gate.reserve(0.0, priority=Priority.TERMINAL) == 0.0
             assert "reachable again" in caplog.records[-1].message
     finally:
         await down.aclose()
         await up.aclose()
+
+
+# ---------------------------------------------------------------------- priority between gateways
+
+
+def test_headroom_leaves_a_token_per_higher_class_but_never_the_whole_bucket() -> None:
+    for preset in (SLACK_BUDGET, DISCORD_BUDGET, TEAMS_BUDGET):  # bursts 3, 5, 7
+        assert [headroom(preset, p) for p in Priority] == [0, 1, 2]
+    two = SendBudget(burst=2, per_second=1.0)
+    assert [headroom(two, p) for p in Priority] == [0, 1, 1]
+    one = SendBudget(burst=1, per_second=1.0)
+    assert [headroom(one, p) for p in Priority] == [0, 0, 0]  # nothing to keep back
+
+
+async def test_each_class_leaves_its_headroom(prefix: str) -> None:
+    """From a full bucket of 3: an edit leaves 2, a new message 1, a reply takes the last."""
+    [budgets] = await gateways(1, prefix)
+    slow = SendBudget(burst=3, per_second=0.5, edit_spacing=0.0)  # a token every 2 s
+    gate = budgets.gate("slack/C3", slow)
+    try:
+        answers = [
+            await gate.take(priority=p)
+            for p in (Priority.UPDATE, Priority.UPDATE, Priority.NEW, Priority.NEW)
+        ]
+        answers += [await gate.take(priority=Priority.TERMINAL) for _ in range(2)]
+        assert [a.go for a in answers] == [True, False, True, False, True, False]
+        # about one token's time (2 s) each, less what refilled since
+        assert [round(a.wait, 1) for a in answers if not a.go] == [2.0, 2.0, 2.0]
+        # the bucket is empty now: an edit needs 3 tokens (6 s) but is told to ask again after
+        # one token's time, in case its sender meanwhile has a reply that fits
+        update = await gate.take(priority=Priority.UPDATE)
+        assert not update.go and 1.9 < update.wait <= 2.0
+        with pytest.raises(ValueError, match="priority must be a Priority"):
+            await gate.take(priority=3)
+    finally:
+        await budgets.aclose()
+
+
+async def test_one_class_alone_keeps_the_sustained_rate(prefix: str) -> None:
+    """Edits alone: one at once (burst 3 less headroom 2), then the full 20 a second."""
+    [budgets] = await gateways(1, prefix)
+    gate = budgets.gate("slack/C4", PRIORITY_BUDGET)
+    granted: list[float] = []
+    try:
+        with anyio.fail_after(5.0):
+            while len(granted) < 12:
+                grant = await gate.take(priority=Priority.UPDATE)
+                if grant.go:
+                    assert grant.at is not None
+                    granted.append(grant.at)
+                else:
+                    await anyio.sleep(grant.wait)
+    finally:
+        await budgets.aclose()
+    gaps = [b - a for a, b in itertools.pairwise(granted)]
+    print(f"gaps {[round(g, 4) for g in gaps]}")
+    assert min(gaps) >= 1 / 20 - 1e-3  # one token each: no burst left for edits
+    # 11 tokens at 20/s take 0.55 s; a loaded machine oversleeps, never undersleeps
+    assert sum(gaps) < 0.55 * 1.5
+
+
+# a burst of 3, 20 a second; the window never binds (3 + 40 in 2 s), so the bucket decides
+PRIORITY_BUDGET = SendBudget(burst=3, per_second=20.0, windows=(Window(60, 2.0),), edit_spacing=0)
+
+
+async def test_a_reply_goes_at_once_past_another_gateways_stream_of_edits(prefix: str) -> None:
+    """Gateway A sends intermediate edits as fast as the budget lets it; gateway B asks for a
+    reply every second edit. Each reply is granted on its first ask, and together they keep
+    the budget."""
+    notifier, replier = await gateways(2, prefix)
+    edits_gate = notifier.gate("discord/C5", PRIORITY_BUDGET)
+    replies_gate = replier.gate("discord/C5", PRIORITY_BUDGET)
+    edits: list[float] = []
+    replies: list[Grant] = []
+    edited = anyio.Event()
+
+    async def stream_of_edits() -> None:
+        nonlocal edited
+        while True:
+            grant = await edits_gate.take(priority=Priority.UPDATE)
+            if grant.go:
+                assert grant.at is not None
+                edits.append(grant.at)
+                edited.set()
+                edited = anyio.Event()
+            else:
+                await anyio.sleep(grant.wait)
+
+    try:
+        with anyio.fail_after(10.0):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stream_of_edits)
+                for _ in range(8):
+                    # two edits since the last reply: the stream is at full speed, the bucket
+                    # as low as the edits can bring it
+                    seen = len(edits)
+                    while len(edits) < seen + 2:
+                        await edited.wait()
+                    replies.append(await replies_gate.take(priority=Priority.TERMINAL))
+                tg.cancel_scope.cancel()
+    finally:
+        await notifier.aclose()
+        await replier.aclose()
+
+    assert [r.wait for r in replies] == [0.0] * 8  # without headroom the edits leave < 1 token
+    times = sorted([*edits, *(r.at for r in replies if r.at is not None)])
+    entries = [
+        TranscriptEntry(t=t, op="edit", channel="C5", message_id=None, text="") for t in times
+    ]
+    print(f"{len(edits)} edits and {len(replies)} replies in {times[-1] - times[0]:.3f} s")
+    assert check_budget(entries, PRIORITY_BUDGET) == []
+    assert len(edits) >= 16
 
 
 # ---------------------------------------------------------------------- the sender's gate seam
@@ -181,10 +306,12 @@ class ScriptedGate:
     def __init__(self, waits: list[float]) -> None:
         self.waits = waits
         self.asked: list[float] = []
+        self.priorities: list[int] = []
         self.hold: anyio.Event | None = None
 
-    async def reserve(self, now: float) -> float:
+    async def reserve(self, now: float, *, priority: int) -> float:
         self.asked.append(now)
+        self.priorities.append(priority)
         if self.hold is not None:
             await self.hold.wait()
             self.hold = None
@@ -241,3 +368,17 @@ async def test_work_replaced_while_the_gate_answers_goes_next(
     assert [e.text for e in read_transcript(tmp_path / "t.jsonl")] == ["new"]
     assert len(gate.asked) == 2  # the reservation "old" held went unused; "new" took another
     assert len(outcomes) == 1
+
+
+@VIRTUAL
+async def test_the_sender_asks_with_each_works_priority(
+    tmp_path: Path, console: ConsoleProvider
+) -> None:
+    gate = ScriptedGate([])
+    async with ChannelSender(console, channel="C", budget=BUDGET, gate=gate) as sender:
+        ref = await sender.send(Post("live"), priority=Priority.NEW)
+        sender.submit("k", text="progress", edit=ref)  # an intermediate edit by default
+        await anyio.sleep(1)
+        await sender.send(Edit(ref, "done"))  # a terminal state by default
+    await console.aclose()
+    assert gate.priorities == [Priority.NEW, Priority.UPDATE, Priority.TERMINAL]

@@ -281,6 +281,15 @@ def test_budget_gate_arithmetic() -> None:
     assert gate.delay(10.0) == 0.0
 
 
+async def test_budget_gate_takes_every_class_alike() -> None:
+    """One sender per in-process gate, and it sends its own queue highest class first: no
+    headroom to keep (the shared gate keeps one for other gateways' higher classes)."""
+    gate = BudgetGate(SendBudget(burst=2, per_second=0.5))
+    assert await gate.reserve(0.0, priority=Priority.UPDATE) == 0.0
+    assert await gate.reserve(0.0, priority=Priority.UPDATE) == 0.0  # the whole burst
+    assert await gate.reserve(0.0, priority=Priority.TERMINAL) == pytest.approx(2.0)
+
+
 async def test_rejects_bad_arguments(tmp_path: Path, console) -> None:
     provider = console()
     with pytest.raises(ValueError, match="recheck_interval"):
