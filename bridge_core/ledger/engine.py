@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -165,7 +166,8 @@ class DeliveryLedger:
 
     async def _send(self, held: Obligation | _ClaimOnBegin, *, marked: bool) -> _Outcome:
         """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
-        first part's ``begin()`` makes; the later parts go out under the same claim."""
+        first part's ``begin()`` makes; the later parts go out under the same claim (with
+        ``deliver_begins``, each later part's ``begin()`` proves it still holds)."""
         claim = held if isinstance(held, _ClaimOnBegin) else None
         row = held.row if isinstance(held, _ClaimOnBegin) else held
         first = len(row.delivered)
@@ -186,7 +188,13 @@ class DeliveryLedger:
                 # a claim bumps both by one, so these are the claim's even before it is made
                 fence=row.fence + (claim is not None),
                 attempt=row.attempts + (claim is not None),
-                claim_on_begin=claim.begin if claim is not None and part == first else None,
+                claim_on_begin=(
+                    claim.begin
+                    if claim is not None
+                    else partial(self._confirm_held, row)
+                    if self._deliver_begins
+                    else None
+                ),
             )
             try:
                 ref = await self._deliver(delivery)
@@ -214,6 +222,16 @@ class DeliveryLedger:
                 log.warning("ledger: %s was taken over during its send; stopping", row.id)
                 return _Outcome("skipped", marked)
         return _Outcome("delivered", marked, current)
+
+    async def _confirm_held(self, row: Obligation) -> None:
+        """``begin()`` of a later part: prove the claim still holds right before that part goes
+        out, as the first part's claim did. Each part waits for its own turn, and a process
+        paused past its lease meanwhile may have been recovered from; it must not send on."""
+        held = await self.store.settle(
+            row.id, fence=row.fence, state=State.ATTEMPTING, now=self._clock()
+        )
+        if held is None:
+            raise ClaimLost(f"reply {row.id!r} was taken over while its next part waited")
 
     async def _refused_before_turn(self, row: Obligation, error: BaseException) -> _Outcome:
         """``deliver`` failed before its ``begin()``: nothing reached the platform, so the row

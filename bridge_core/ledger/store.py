@@ -112,7 +112,9 @@ class LedgerStore(Protocol):
         last_error: str | None = None,
         ref: MessageRef | None = None,
     ) -> Obligation | None:
-        """End this owner's claim (``fence``): delivered (appending ``ref``), failed or abandoned.
+        """End this owner's claim (``fence``): delivered (appending ``ref``), failed or abandoned;
+        ``state=ATTEMPTING`` keeps the claim and only proves it still holds (the ledger does this
+        before each later part of a reply sent at its turn).
         Returns the row after the change; ``None`` when the fence moved on (another process took
         the row) and nothing changed."""
         ...

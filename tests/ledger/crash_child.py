@@ -13,7 +13,8 @@ ledger claims each reply when its turn comes (``deliver_begins=True``), so most 
 ``pending`` behind the lane; ``--claim-before-turn`` claims before the wait instead (to see the
 difference: their resends after a kill are then labelled).
 
-Each send appends ``start`` (when the send begins) and, ``--send-delay`` later, ``sent`` (the
+A reply whose claim was lost at its turn appends ``lost``. Each send appends ``start`` (when the
+send begins) and, ``--send-delay`` later, ``sent`` (the
 platform has it) as one JSON line each, written with a single ``os.write`` on an O_APPEND file,
 so a kill never leaves half a line. Some replies are scripted to fail (see ``scripted_error``).
 """
@@ -29,6 +30,7 @@ import time
 import anyio
 
 from bridge_core.ledger import (
+    ClaimLost,
     Delivery,
     DeliveryLedger,
     Reply,
@@ -100,7 +102,11 @@ class AppendingPlatform:
         if self.lane is None:
             return await self._send(delivery)
         async with self.lane:  # the channel's turn: the other replies wait here
-            await delivery.begin()
+            try:
+                await delivery.begin()
+            except ClaimLost:
+                self._line("lost", delivery)  # another process took the row while it waited
+                raise
             return await self._send(delivery)
 
     async def _send(self, delivery: Delivery) -> MessageRef:

@@ -10,7 +10,8 @@ delivery file the children append to:
    line, or a snapshot after a kill showed it ``attempting``);
 4. nothing is sent after the row was abandoned;
 5. (shared ledger) no claim (reply, fence) was used by two processes, and a reply passes from
-   one process to another only after the first was killed.
+   one process to another only after the first was killed (or frozen past its lease);
+6. no send starts under a claim older than one another process has already sent under.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Report:
     budget_spent: int = 0
     drains: int = 0
     marked_unstarted: int = 0  # marked copies of a reply that no send had started before
+    claims_lost: int = 0  # replies a process found taken by another when their turn came
 
     @property
     def kills_while_queued(self) -> int:
@@ -73,7 +75,8 @@ class Report:
             f"{self.kills_during_boot} during a boot sweep; {self.replies} replies, "
             f"{self.copies} copies sent, {self.marked} marked "
             f"({self.marked_unstarted} claimed but never started), {self.abandoned} abandoned "
-            f"({self.budget_spent} by a budget spent on kills), {self.drains} drain runs",
+            f"({self.budget_spent} by a budget spent on kills), {self.claims_lost} claims lost "
+            f"at the turn, {self.drains} drain runs",
         ]
         for number, kill in enumerate(self.kills, 1):
             states = " ".join(f"{k}={v}" for k, v in sorted(kill.states.items()) if v)
@@ -237,6 +240,8 @@ def check(
     for event in events:
         if event["ev"] == "sent":
             by_part[(event["id"], event["part"])].append(event)
+        elif event["ev"] == "lost":
+            report.claims_lost += 1
         else:
             starts[event["id"]].append(event)
     seen_attempting: dict[str, float] = {}
@@ -299,10 +304,22 @@ def check(
                             f"{obligation}: taken by pid {after['pid']} at fence {after['fence']} "
                             f"while pid {before['pid']} (fence {before['fence']}) was alive"
                         )
+    for obligation, events_of in starts.items():
+        # 6. no send starts under a claim older than one another process has already sent under
+        # (a process that lost its lease, was recovered from, and woke up still holding a claim)
+        newest: dict[int, int] = {}  # pid -> highest fence it started with so far
+        for event in sorted(events_of, key=lambda e: e["t"]):
+            others = [fence for pid, fence in newest.items() if pid != event["pid"]]
+            if others and max(others) > event["fence"]:
+                problems.append(
+                    f"{obligation}: pid {event['pid']} sent at fence {event['fence']} after "
+                    f"another process had sent at fence {max(others)}"
+                )
+            newest[event["pid"]] = max(newest.get(event["pid"], 0), event["fence"])
     shared = [key for key, pids in fences.items() if len(pids) > 1]
     if shared:
         problems.append(f"claims used by two processes: {shared[:5]}")
-    recorded_sends = {e["id"] for e in events}
+    recorded_sends = {e["id"] for e in events if e["ev"] != "lost"}
     unknown = recorded_sends - set(final)
     if unknown:
         problems.append(f"sends of replies the ledger does not know: {sorted(unknown)[:5]}")
@@ -390,6 +407,88 @@ def run_postgres_pair(
         row["chunks"] = row["chunks"] or ""
     check(out, final, report, deaths=deaths)
     return report
+
+
+def run_postgres_pause(
+    url: str, prefix: str, tmp: Path, *, pauses: int, seed: int, lease: float = 1.5
+) -> Report:
+    """Two live children on a PostgreSQL ledger, each with a one-lane channel (``--paced``).
+    One at a time is frozen (SIGSTOP) past its lease with replies queued behind its lane; the
+    other must recover them; then the frozen one is thawed (SIGCONT). It wakes believing it still
+    owns those replies: when their turn comes its claim must be lost, and it must send none.
+    Each child is frozen at most once (check 5 reads one time per process)."""
+    import psycopg
+
+    if pauses > 2:
+        raise ValueError("each of the two children can be frozen once: pauses <= 2")
+
+    rng = random.Random(seed)
+    out = tmp / "sent.jsonl"
+    extra = ("--prefix", prefix, "--lease", str(lease), "--paced", "--send-delay", "0.02")
+    report = Report()
+    frozen_at: dict[int, float] = {}  # the time each child stopped counting as alive
+    phases = [tmp / "a.phase", tmp / "b.phase"]
+    firsts = (0, 1_000_000)  # each child answers its own replies
+    children = [
+        _child(url, out, phases[n], mode="serve", first=firsts[n], extra=extra) for n in range(2)
+    ]
+    table = f"{prefix}ledger"
+
+    def held_by(pid: int) -> tuple[dict[str, int], set[str]]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            counts = dict(
+                conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
+            )
+            open_rows = conn.execute(
+                f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', 'failed') "
+                "AND owner LIKE %s",
+                (f"%|{pid}|%",),
+            ).fetchall()
+        return counts, {row[0] for row in open_rows}
+
+    try:
+        for n in range(2):
+            assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
+        for number in range(pauses):
+            time.sleep(rng.uniform(0.1, 0.3))
+            child = children[number % 2]
+            child.send_signal(signal.SIGSTOP)
+            frozen_at[child.pid] = time.time()
+            counts, held = held_by(child.pid)
+            assert counts.get("pending"), f"nothing was queued at the freeze: {counts}"
+            report.kills.append(Kill("pause", counts, held, frozen_at[child.pid], child.pid))
+            deadline = time.monotonic() + lease + 15
+            while held and time.monotonic() < deadline:
+                held = held_by(child.pid)[1]
+                time.sleep(0.05)
+            assert not held, f"the other child did not recover {sorted(held)[:5]}"
+            child.send_signal(signal.SIGCONT)
+            # Thawed, its lane takes the next queued reply: that claim must be lost.
+            if not _wait_lost(out, child.pid, 30):
+                raise AssertionError(f"pid {child.pid} met no lost claim after it was thawed")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                _kill(child)
+    _drain(url, out, tmp, report, extra)
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(f"SELECT * FROM {table}")
+        names = [column.name for column in cursor.description or ()]
+        final = {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+    for row in final.values():
+        row["chunks"] = row["chunks"] or ""
+    check(out, final, report, deaths=frozen_at)
+    return report
+
+
+def _wait_lost(out: Path, pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(e["ev"] == "lost" and e["pid"] == pid for e in read_sends(out)):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def phases_seen(report: Report) -> Counter[str]:

@@ -14,6 +14,7 @@ import pytest
 
 from bridge_core.ledger import (
     MARKER,
+    MARKER_PARTIAL,
     ClaimLost,
     Delivery,
     DeliveryLedger,
@@ -39,7 +40,8 @@ def wall() -> float:
 
 @dataclass
 class PacedChannel:
-    """A channel whose sends wait for their turn (``turns``), then ``begin()``, then may hang
+    """A channel whose sends wait for their turn (``turns``, by id or ``id#part``), then
+    ``begin()``, then may hang
     mid-send (``hold``); ``refuse`` fails a reply before its turn. Records what reached it."""
 
     sent: list[Delivery] = field(default_factory=list)
@@ -53,7 +55,8 @@ class PacedChannel:
         refusals = self.refuse.get(delivery.obligation_id)
         if refusals:
             raise refusals.pop(0)
-        turn = self.turns.get(delivery.obligation_id)
+        turn = self.turns.get(f"{delivery.obligation_id}#{delivery.part}")
+        turn = turn or self.turns.get(delivery.obligation_id)
         if turn is not None:
             await turn.wait()
         if self.calls_begin:
@@ -195,3 +198,33 @@ async def test_delivering_a_row_already_in_flight_here_sends_no_second_copy(begi
         channel.hold[row.id].set()
     assert channel.texts(row.id) == ["answer to in-flight"]
     assert (await store.get(row.id)).state is State.DELIVERED  # type: ignore[union-attr]
+
+
+async def test_a_later_part_whose_claim_was_taken_while_it_waited_is_not_sent() -> None:
+    backend, channel = MemoryBackend(), PacedChannel()
+    store, first = await opened(backend, channel, "p1")
+    row = await first.record(
+        Reply.answering(
+            profile="X",
+            platform="slack",
+            channel="C1",
+            answers="long",
+            text="part one part two",
+            chunks=("part one", "part two"),
+        )
+    )
+    second_turn = channel.turns[f"{row.id}#1"] = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(first.deliver_now, row)
+        await anyio.sleep(1)  # part one went out; part two waits for its turn
+        assert channel.texts(row.id) == ["part one"]
+        backend.kill(store.owner)  # its lease lapsed: another process recovers the reply
+        _, other = await opened(backend, channel, "p2")
+        del channel.turns[f"{row.id}#1"]
+        assert (await other.boot_sweep()).delivered == 1
+        second_turn.set()
+    assert channel.lost == [row.id]  # the first process's part two found its claim gone
+    assert channel.texts(row.id) == [
+        "part one",
+        f"{MARKER_PARTIAL}\npart two",
+    ]
