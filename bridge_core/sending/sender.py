@@ -424,7 +424,7 @@ class ChannelSender:
         if work is None:
             await self._wait(ready_at)
             return
-        await self._send(work, now)
+        await self._send(work)
 
     async def _probe(self) -> bool:
         """Run the provider's probe; True when it settled the re-check (either way)."""
@@ -441,7 +441,7 @@ class ChannelSender:
             self._recheck_at = anyio.current_time() + self.recheck_interval
         return True
 
-    async def _send(self, work: _Work, now: float) -> None:
+    async def _send(self, work: _Work) -> None:
         op = work.op
         # Rendered before the gate is asked, so work with nothing to say spends no budget.
         text = render_text(op.text)
