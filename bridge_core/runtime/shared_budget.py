@@ -22,7 +22,14 @@ stream of intermediate edits always leaves two tokens, a new message one, so ano
 reply goes at once or at the next token, never behind the stream. Alone, a class keeps the full
 sustained rate (only its burst is smaller by its headroom). Windows take no headroom: a window's
 limit is a rate, and a slot kept free would cut a lone class's sustained rate (Discord's 5 in
-5 s by a fifth). A lower class is told to wait at most one token's time, so a sender that asked
+5 s by a fifth). Instead a refused class claims the next send: the script records ``claim<p>``
+in the bucket hash, "class ``p`` waits until T" (its wait plus ``CLAIM_MARGIN``, never more than
+``CLAIM_LIMIT`` from now: a waiter is told to ask again before its claim runs out, and each ask
+renews it), and refuses every lower class while a higher class's claim is unexpired; the
+class's grant deletes its claim. So a slot a window frees goes to the reply that was waiting
+for it, not to whoever asks first; a waiter that died holds lower classes back until T at
+most; the lowest class records none, and no claim holds back its own class, so a class alone
+keeps its rate. A lower class is told to wait at most one token's time, so a sender that asked
 for an edit and meanwhile got a reply of its own loses no more time than before.
 
 Redis unreachable (or refusing: a read-only replica after a failover, out of memory): sending
@@ -50,16 +57,30 @@ from redis.exceptions import RedisError
 from bridge_core.provider import SendBudget
 from bridge_core.sending.ops import Priority
 
-__all__ = ["RETRY_MAX", "RETRY_MIN", "Grant", "SharedBudgetGate", "SharedBudgets", "headroom"]
+__all__ = [
+    "CLAIM_LIMIT",
+    "CLAIM_MARGIN",
+    "RETRY_MAX",
+    "RETRY_MIN",
+    "Grant",
+    "SharedBudgetGate",
+    "SharedBudgets",
+    "headroom",
+]
 
 log = logging.getLogger("bridge_core.runtime.shared_budget")
 
 RETRY_MIN = 0.5
 RETRY_MAX = 5.0
+# A refused class claims the next send until its wait is over plus this margin (its round trip
+# and a late wake-up), and never longer than the limit from now (a waiter asks again before).
+CLAIM_MARGIN = 0.25
+CLAIM_LIMIT = 2.5
 
 # KEYS: bucket hash, send-times sorted set.
 # ARGV: burst, per_second, ttl_ms, member (unique per send), headroom (tokens this send must
-# leave for higher classes), then limit/seconds pairs.
+# leave for higher classes), priority, whether a refusal records a claim ('1' for every class
+# but the lowest), claim margin, claim limit (seconds), then limit/seconds pairs.
 # Numbers leave Lua through string.format: Lua's own tostring keeps only 14 digits, which would
 # round the server's epoch seconds to 0.1 ms.
 _SCRIPT = """
@@ -84,7 +105,7 @@ if tokens < need then
   wait = math.min((need - tokens) / rate, 1 / rate)
 end
 local keep = 0
-for i = 6, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local limit = tonumber(ARGV[i])
   local seconds = tonumber(ARGV[i + 1])
   if limit > keep then keep = limit end
@@ -94,11 +115,33 @@ for i = 6, #ARGV, 2 do
     wait = math.max(wait, tonumber(back[2]) + seconds - now)
   end
 end
+local priority = tonumber(ARGV[6])
+local claims = ARGV[7] == '1'
+-- a higher class's unexpired claim refuses this class; ask again when it expires, or after
+-- one token's time at most (its grant clears the claim earlier)
+local claimed = 0
+for class = 0, priority - 1 do
+  claimed = math.max(claimed, tonumber(redis.call('HGET', KEYS[1], 'claim' .. class) or '0'))
+end
+if claimed > now then
+  wait = math.max(wait, math.min(claimed - now, 1 / rate))
+end
 if wait > 1e-9 then
+  if claims then
+    -- ask again before the claim runs out, so a live waiter keeps it and a dead one holds
+    -- lower classes back for `limit` seconds at most
+    local margin = tonumber(ARGV[8])
+    wait = math.min(wait, tonumber(ARGV[9]) - margin)
+    redis.call('HSET', KEYS[1], 'claim' .. priority, string.format('%.6f', now + wait + margin))
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
   return {'wait', string.format('%.6f', math.ceil(wait * 1000000) / 1000000)}
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.12f', tokens - 1),
   'updated', string.format('%.6f', now))
+if claims then
+  redis.call('HDEL', KEYS[1], 'claim' .. priority)
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if keep > 0 then
   redis.call('ZADD', KEYS[2], string.format('%.6f', now), ARGV[4])
@@ -186,7 +229,19 @@ class SharedBudgetGate:
         windows: list[Any] = []
         for window in budget.windows:
             windows += [window.limit, repr(window.seconds)]
-        self._args = {int(p): [*head, headroom(budget, p), *windows] for p in Priority}
+        lowest = max(Priority)
+        self._args = {
+            int(p): [
+                *head,
+                headroom(budget, p),
+                int(p),
+                "1" if p < lowest else "0",  # nobody is below the lowest class to hold back
+                repr(CLAIM_MARGIN),
+                repr(CLAIM_LIMIT),
+                *windows,
+            ]
+            for p in Priority
+        }
         self._retry = 0.0
         self.outages = 0  # how many times Redis became unreachable (for tests and metrics)
 
