@@ -398,14 +398,7 @@ def run_postgres_pair(
     for child in children:
         left = {oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner}
         report.kills.append(Kill("stop", counts, left, deaths[child.pid], child.pid))
-    _drain(url, out, tmp, report, extra)
-    with psycopg.connect(url, autocommit=True) as conn:
-        cursor = conn.execute(f"SELECT * FROM {table}")
-        names = [column.name for column in cursor.description or ()]
-        final = {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
-    for row in final.values():
-        row["chunks"] = row["chunks"] or ""
-    check(out, final, report, deaths=deaths)
+    _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
     return report
 
 
@@ -471,6 +464,22 @@ def run_postgres_pause(
             if child.poll() is None:
                 child.send_signal(signal.SIGCONT)
                 _kill(child)
+    _drain_and_check_postgres(url, table, out, tmp, report, extra, frozen_at)
+    return report
+
+
+def _drain_and_check_postgres(
+    url: str,
+    table: str,
+    out: Path,
+    tmp: Path,
+    report: Report,
+    extra: tuple[str, ...],
+    deaths: dict[int, float],
+) -> None:
+    """Drain what the children left, then run every check over the final rows."""
+    import psycopg
+
     _drain(url, out, tmp, report, extra)
     with psycopg.connect(url, autocommit=True) as conn:
         cursor = conn.execute(f"SELECT * FROM {table}")
@@ -478,8 +487,7 @@ def run_postgres_pause(
         final = {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
     for row in final.values():
         row["chunks"] = row["chunks"] or ""
-    check(out, final, report, deaths=frozen_at)
-    return report
+    check(out, final, report, deaths=deaths)
 
 
 def _wait_lost(out: Path, pid: int, timeout: float) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -55,15 +57,22 @@ def test_sqlite_ledger_soak(tmp_path: Path) -> None:
     _sqlite(tmp_path, kills=300)
 
 
-def _postgres(tmp_path: Path, kills: int) -> None:
+@contextmanager
+def postgres_tables() -> Iterator[tuple[str, str]]:
+    """The PostgreSQL URL and a fresh table prefix, whose tables are dropped afterwards."""
     url = require_postgres()
     prefix = f"crash{uuid.uuid4().hex[:8]}_"
     try:
-        report = run_postgres_pair(url, prefix, tmp_path, kills=kills, seed=SEED)
+        yield url, prefix
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             for table in ("ledger", "owners", "kv"):
                 conn.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
+
+
+def _postgres(tmp_path: Path, kills: int) -> None:
+    with postgres_tables() as (url, prefix):
+        report = run_postgres_pair(url, prefix, tmp_path, kills=kills, seed=SEED)
     print(report.summary())
     assert report.kills_while_attempting >= 1, report.summary()
 
@@ -77,14 +86,8 @@ def test_postgres_ledger_shared_by_two_processes_survives_sigkill(tmp_path: Path
 def test_a_process_frozen_past_its_lease_sends_none_of_the_replies_recovered_from_it(
     tmp_path: Path,
 ) -> None:
-    url = require_postgres()
-    prefix = f"pause{uuid.uuid4().hex[:8]}_"
-    try:
+    with postgres_tables() as (url, prefix):
         report = run_postgres_pause(url, prefix, tmp_path, pauses=2, seed=SEED)
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            for table in ("ledger", "owners", "kv"):
-                conn.execute(f"DROP TABLE IF EXISTS {prefix}{table}")
     print(report.summary())
     # every check of crash_harness passed (one unmarked copy at most, none sent by two claims);
     # and each thawed process met lost claims for the replies queued at its freeze
