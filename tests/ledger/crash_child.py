@@ -14,9 +14,10 @@ ledger claims each reply when its turn comes (``deliver_begins=True``), so most 
 difference: their resends after a kill are then labelled).
 
 A reply whose claim was lost at its turn appends ``lost``. Each send appends ``start`` (when the
-send begins) and, ``--send-delay`` later, ``sent`` (the
-platform has it) as one JSON line each, written with a single ``os.write`` on an O_APPEND file,
-so a kill never leaves half a line. Some replies are scripted to fail (see ``scripted_error``).
+send begins) and, ``--send-delay`` later, ``sent`` (the platform has it) as one JSON line each,
+written with a single ``os.write`` on an O_APPEND file, so a kill rarely leaves half a line (only
+a write across a page boundary of the file can be cut; ``crash_harness.read_sends`` drops such a
+fragment). Some replies are scripted to fail (see ``scripted_error``).
 """
 
 from __future__ import annotations

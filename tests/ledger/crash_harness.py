@@ -220,10 +220,32 @@ def _scripted_failures(index: int) -> int:
     return int(index % 13 == 3) + int(index % 14 == 1)
 
 
+_RECORD_START = '{"ev": '
+
+
 def read_sends(out: Path) -> list[dict[str, Any]]:
+    """The delivery file's records. A SIGKILL can tear a line: Linux stops a write() at a page
+    boundary of the file when a fatal signal is pending, and the next process appends its own
+    line right after the fragment. A torn fragment is dropped: a torn ``start`` was a send in
+    flight at a kill (the snapshot after that kill shows its row attempting), a torn ``sent``
+    never returned to the ledger (which resends it)."""
     if not out.exists():
         return []
-    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    records: list[dict[str, Any]] = []
+    for line in out.read_text(encoding="utf-8").split("\n"):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            # the fragment, then whole records: each whole one starts at a record's opening
+            pieces = line.split(_RECORD_START)[1:]
+            for piece in pieces:
+                try:
+                    records.append(json.loads(_RECORD_START + piece))
+                except json.JSONDecodeError:
+                    continue  # the torn fragment
+    return records
 
 
 def check(
