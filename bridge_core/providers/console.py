@@ -24,6 +24,7 @@ handing it to a worker thread would let trio's autojump clock move virtual time 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -189,7 +190,7 @@ class ConsoleProvider(ChatProvider):
         self._transcript: IO[str] | None = None
         if self.settings.transcript is not None:
             self.settings.transcript.parent.mkdir(parents=True, exist_ok=True)
-            self._transcript = self.settings.transcript.open("a", encoding="utf-8")
+            self._transcript = _open_transcript(self.settings.transcript)
         self._start: float | None = None
         self._closed = False
         try:
@@ -427,6 +428,21 @@ class ConsoleProvider(ChatProvider):
             line["failed_op"] = failed_op
         self._transcript.write(json.dumps(line, ensure_ascii=False) + "\n")
         self._transcript.flush()
+
+
+def _open_transcript(path: Path) -> IO[str]:
+    """Open the transcript for appending, on a fresh line. A process killed while writing a
+    record can leave it cut short (Linux stops a write at a page boundary when the process is
+    killed); without the newline, this run's first record would be glued to that fragment and
+    neither would read as JSON."""
+    transcript = path.open("a", encoding="utf-8")
+    if transcript.tell() > 0:
+        with path.open("rb") as existing:
+            existing.seek(-1, os.SEEK_END)
+            if existing.read(1) != b"\n":
+                transcript.write("\n")
+                transcript.flush()
+    return transcript
 
 
 def _build(settings: ConsoleSettings, context: ProviderContext) -> ConsoleProvider:

@@ -70,11 +70,16 @@ class Violation:
 
 
 def read_transcript(path: Path | str) -> list[TranscriptEntry]:
-    """The entries of a console transcript file, in file order."""
+    """The entries of a console transcript file, in file order.
+
+    A record cut short by a kill (the console starts the next run on a fresh line) is skipped:
+    it never ends with ``}``, and every whole record does.
+    """
     entries = []
     with Path(path).open(encoding="utf-8") as file:
         for line in file:
-            if line.strip():
+            line = line.strip()
+            if line.endswith("}"):
                 entries.append(TranscriptEntry.from_json(json.loads(line)))
     return entries
 

@@ -97,6 +97,26 @@ async def test_transcript_time_is_virtual_under_trio_mock_clock(tmp_path: Path) 
     assert times == [0.0, 3600.0]
 
 
+async def test_a_run_after_a_kill_that_cut_a_record_starts_on_a_fresh_line(
+    tmp_path: Path,
+) -> None:
+    from bridge_core.testing.budget import read_transcript
+
+    provider = quiet(tmp_path)
+    await provider.post("ops", "before the kill")
+    await provider.aclose()
+    path = tmp_path / "t.jsonl"
+    whole = path.read_text(encoding="utf-8")
+    path.write_text(whole + whole[:40], encoding="utf-8")  # a record cut at a page boundary
+    provider = quiet(tmp_path)
+    await provider.post("ops", "after the restart")
+    await provider.aclose()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[1] == whole[:40]  # the fragment stays on a line of its own
+    assert json.loads(lines[2])["text"] == "after the restart"
+    assert [e.text for e in read_transcript(path)] == ["before the kill", "after the restart"]
+
+
 async def test_message_ids_are_unique_across_restarts(tmp_path: Path) -> None:
     ids = set()
     for _ in range(3):  # three "runs" appending to one transcript
