@@ -6,6 +6,13 @@ database's clock (``clock_timestamp()``), never a host's. A row is claimable whe
 this process, unset, or has no live lease; the claim re-checks that inside the same
 compare-and-swap that bumps the fence, so a live owner's rows are never taken and two claimers
 never both win. A clean ``aclose`` drops the lease at once so others may take over.
+
+Every connection sets ``idle_in_transaction_session_timeout`` to the lease: a process that stalls
+inside a transaction (frozen, swapped out) would otherwise keep its row locks, and the processes
+that take over its rows once its lease lapses would wait on those locks for as long as it stalls.
+Our transactions are a few statements back to back, so only such a stall ever reaches the limit;
+the server then ends that session, and the stalled process's next call on it fails and the
+connection is replaced.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ class PostgresLedgerStore:
         self.url = url
         self.prefix = table_prefix
         self.lease = lease
+        self._stall_limit_ms = max(1000, round(lease * 1000))
         self._owner = owner if owner is not None else str(current_owner())
         self.connections = connections
         self._idle: list[psycopg.AsyncConnection[Any]] = []
@@ -122,7 +130,11 @@ class PostgresLedgerStore:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
-            return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            return await psycopg.AsyncConnection.connect(
+                self.url,
+                autocommit=True,
+                options=f"-c idle_in_transaction_session_timeout={self._stall_limit_ms}",
+            )
         except psycopg.Error as error:
             raise LedgerError(
                 f"cannot connect to the ledger database {self.location}: {error}"
