@@ -134,11 +134,21 @@ class DeliveryLedger:
 
     async def deliver_now(self, row: Obligation) -> Obligation:
         """Claim ``row`` (as read, by its fence) and send it; returns the row as it ended, or as
-        it is when another claimer got there first."""
-        outcome = await self._attempt(row)
-        if outcome.row is not None:
-            return outcome.row
-        current = await self.store.get(row.id)
+        it is when another claimer got there first.
+
+        A failure of the store itself (the database went away mid-send) is logged, not raised:
+        the row is as durable as its last commit, and the sweeps (or the next start, for a row
+        left attempting) take it from there. The runtime calls this in background tasks, where
+        an exception would stop the gateway.
+        """
+        try:
+            outcome = await self._attempt(row)
+            if outcome.row is not None:
+                return outcome.row
+            current = await self.store.get(row.id)
+        except Exception:
+            log.exception("ledger: delivering %s failed in the ledger itself", row.id)
+            return row
         return current if current is not None else row
 
     async def _attempt(self, row: Obligation) -> _Outcome:

@@ -228,3 +228,23 @@ async def test_a_later_part_whose_claim_was_taken_while_it_waited_is_not_sent() 
         "part one",
         f"{MARKER_PARTIAL}\npart two",
     ]
+
+
+async def test_a_store_failure_mid_send_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class FailingSettle(MemoryLedgerStore):
+        async def settle(self, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+            raise RuntimeError("the database went away")
+
+    backend, channel = MemoryBackend(), PacedChannel()
+    store = FailingSettle(backend, owner="host|p1|0")
+    await store.open()
+    ledger = DeliveryLedger(
+        store, deliver=channel.deliver, profiles={"X"}, clock=wall, deliver_begins=True
+    )
+    row = await ledger.record(reply("unlucky"))
+    ended = await ledger.deliver_now(row)  # a background task in the gateway: must not raise
+    assert ended.id == row.id and channel.texts(row.id) == ["answer to unlucky"]
+    assert "failed in the ledger itself" in caplog.text
+    assert (await store.get(row.id)).state is State.ATTEMPTING  # type: ignore[union-attr]
