@@ -184,6 +184,12 @@ class DeliveryLedger:
         parts = len(row.chunks)
         current: Obligation | None = row
         for part in range(first, parts):
+            # the first part's begin() claims; each later one's proves the claim still holds
+            on_begin: Callable[[], Awaitable[None]] | None = None
+            if claim is not None:
+                on_begin = claim.begin
+            elif self._deliver_begins:
+                on_begin = partial(self._confirm_held, row)
             delivery = Delivery(
                 obligation_id=row.id,
                 profile=row.profile,
@@ -198,13 +204,7 @@ class DeliveryLedger:
                 # a claim bumps both by one, so these are the claim's even before it is made
                 fence=row.fence + (claim is not None),
                 attempt=row.attempts + (claim is not None),
-                claim_on_begin=(
-                    claim.begin
-                    if claim is not None
-                    else partial(self._confirm_held, row)
-                    if self._deliver_begins
-                    else None
-                ),
+                claim_on_begin=on_begin,
             )
             try:
                 ref = await self._deliver(delivery)

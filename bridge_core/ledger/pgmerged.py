@@ -12,6 +12,7 @@ a transaction of its own, so one bad item fails alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
@@ -21,7 +22,7 @@ import anyio.lowlevel
 import psycopg
 
 from bridge_core.ledger.model import Obligation
-from bridge_core.ledger.rows import COLUMNS, insert_params, to_obligation
+from bridge_core.ledger.rows import COLUMNS, INSERT_COLUMNS, insert_params, to_obligation
 from bridge_core.ledger.sqlmerged import rounds
 
 __all__ = ["Gathered", "claim_many", "held_many", "record_many"]
@@ -123,8 +124,7 @@ async def record_many(
                 row[0]
                 async for row in _rows(
                     conn,
-                    f"INSERT INTO {table} (id, profile, platform, channel, thread, reply_to, "
-                    "text, chunks, owner, created_at, updated_at, state) "
+                    f"INSERT INTO {table} ({INSERT_COLUMNS}, state) "
                     f"SELECT *, 'pending' FROM (VALUES {_values(len(chunk), 11, casts)}) AS c "
                     "ON CONFLICT (id) DO NOTHING RETURNING id",
                     params,
@@ -148,12 +148,18 @@ async def record_many(
     return [result for result in results if result is not None]
 
 
+@functools.cache
+def _qualified_columns(table: str) -> str:
+    """``COLUMNS`` qualified by ``table``, for a ``RETURNING`` after an ``UPDATE … FROM``."""
+    return ", ".join(f"{table}.{name.strip()}" for name in COLUMNS.split(","))
+
+
 async def claim_many(
     conn: Connection, items: list[tuple[str, int, float]], *, table: str, owner: str, live: str
 ) -> list[Obligation | None]:
     """The claim's compare-and-swap for many rows: one ``UPDATE … FROM (VALUES …)``."""
     results: list[Obligation | None] = [None] * len(items)
-    returning = ", ".join(f"{table}.{name.strip()}" for name in COLUMNS.split(","))
+    returning = _qualified_columns(table)
     for chunk in rounds(items, lambda item: item[0]):
         params: list[Any] = [owner]
         for _, item in chunk:
@@ -192,7 +198,7 @@ async def held_many(
 ) -> list[Obligation | None]:
     """``progress`` and ``settle`` for many rows, conditioned on owner, fence, ``attempting``."""
     results: list[Obligation | None] = [None] * len(items)
-    returning = ", ".join(f"{table}.{name.strip()}" for name in COLUMNS.split(","))
+    returning = _qualified_columns(table)
     casts = ("text", "int8", "float8", "text", "float8", "bool", "text", "jsonb")
     for chunk in rounds(items, lambda item: item[0]):
         params: list[Any] = []

@@ -11,6 +11,7 @@ from bridge_core.provider import MessageRef
 
 __all__ = [
     "COLUMNS",
+    "INSERT_COLUMNS",
     "decode_chunks",
     "decode_refs",
     "encode_chunks",
@@ -193,9 +194,14 @@ def filters_sql(
     return ((" WHERE " + " AND ".join(clauses)) if clauses else ""), params
 
 
+INSERT_COLUMNS = (
+    "id, profile, platform, channel, thread, reply_to, text, chunks, owner, created_at, updated_at"
+)
+"""The columns a new row's ``INSERT`` names, in the order of ``insert_params``."""
+
+
 def insert_params(row: Obligation, *, owner: str | None) -> tuple[Any, ...]:
-    """The values of a new row, in the column order of the ledger's ``INSERT`` (``id``, profile,
-    platform, channel, thread, reply_to, text, chunks, owner, created_at, updated_at)."""
+    """The values of a new row, in the order of ``INSERT_COLUMNS``."""
     return (
         row.id,
         row.profile,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from bridge_core.ledger.model import Obligation
-from bridge_core.ledger.rows import COLUMNS, insert_params, to_obligation
+from bridge_core.ledger.rows import COLUMNS, INSERT_COLUMNS, insert_params, to_obligation
 
 __all__ = [
     "rounds",
@@ -84,8 +84,7 @@ class MergedRecords:
             created = {
                 found[0]
                 for found in conn.execute(
-                    "INSERT INTO ledger (id, profile, platform, channel, thread, reply_to, text, "
-                    "chunks, owner, created_at, updated_at, state) "
+                    f"INSERT INTO ledger ({INSERT_COLUMNS}, state) "
                     f"SELECT *, 'pending' FROM (VALUES {_values(len(chunk), 11)}) "
                     "WHERE true ON CONFLICT (id) DO NOTHING RETURNING id",
                     params,
