@@ -2,11 +2,15 @@
 
 The vocabulary lives in ``bridge_core.provider`` (the provider contract, budgets, errors),
 ``bridge_core.events`` (fleet events), ``bridge_core.conversation`` (the conversation log) and
-``bridge_core.text`` (escaping and chunking); this module re-exports the names a plugin needs.
+``bridge_core.text`` (escaping and chunking); this module re-exports the names a plugin needs,
+so a provider plugin imports ``bridge_core`` (and ``bridge_core.testing`` in its tests) and
+nothing below it, as an llm plugin imports ``llm.hookimpl`` (a test in
+``tests/foundation/test_import_boundaries.py`` holds every plugin in ``plugins/`` to that).
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
 from bridge_core.provider import (
     BUDGET_PRESETS,
     DISCORD_BUDGET,
@@ -33,6 +37,7 @@ from bridge_core.provider import (
     Unreachable,
     Window,
 )
+from bridge_core.text import chunk, measure, neutralise_mass_mentions, prepare
 
 try:
     __version__ = version("bridge-core")
@@ -58,11 +63,18 @@ __all__ = [
     "MessageRef",
     "MessageRejected",
     "NotFound",
+    "ProviderContext",
     "ProviderError",
+    "ProviderType",
     "RateLimited",
     "SendBudget",
     "TransportError",
     "Unreachable",
     "Window",
     "__version__",
+    "chunk",
+    "hookimpl",
+    "measure",
+    "neutralise_mass_mentions",
+    "prepare",
 ]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 import pytest
-from bridge_core import MessageRef, Unreachable
-from bridge_core.hookspecs import ProviderContext
+from bridge_core import MessageRef, ProviderContext, Unreachable
 from bridge_core.plugins import create_plugin_manager
 from bridge_core.testing.light_import import plugin_load_report
 from fake_api import CHANNEL, TOKEN, FakeApi

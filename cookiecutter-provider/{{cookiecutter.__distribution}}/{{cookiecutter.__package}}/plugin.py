@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core import ProviderContext, ProviderType, hookimpl
 
 from {{ cookiecutter.__package }}.settings import BUDGET, CAPABILITIES, {{ cookiecutter.__class_prefix }}Settings
 

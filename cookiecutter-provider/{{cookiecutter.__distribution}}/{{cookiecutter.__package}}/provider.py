@@ -17,8 +17,9 @@ from bridge_core import (
     MessageRejected,
     NotFound,
     Unreachable,
+    measure,
+    neutralise_mass_mentions,
 )
-from bridge_core.text import measure, neutralise_mass_mentions
 
 from {{ cookiecutter.__package }}.client import ApiClient
 from {{ cookiecutter.__package }}.settings import (

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bridge_core import DISCORD_BUDGET
-from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core import DISCORD_BUDGET, ProviderContext, ProviderType, hookimpl
 from bridge_discord.settings import CAPABILITIES, DiscordSettings
 
 if TYPE_CHECKING:

@@ -30,8 +30,9 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    measure,
+    neutralise_mass_mentions,
 )
-from bridge_core.text import measure, neutralise_mass_mentions
 from bridge_discord.client import BridgeClient, CallTrace, current_call
 from bridge_discord.errors import map_discord_error
 from bridge_discord.inbound import inbound_from_message

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bridge_core.provider import (
+from bridge_core import (
     Forbidden,
     MessageRejected,
     NotFound,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from bridge_core.provider import HttpRequest, HttpResponse, HttpRoute, InboundMessage, InboundSink
+from bridge_core import HttpRequest, HttpResponse, HttpRoute, InboundMessage, InboundSink
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider

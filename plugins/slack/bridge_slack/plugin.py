@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
-from bridge_core.provider import SLACK_BUDGET
+from bridge_core import SLACK_BUDGET, ProviderContext, ProviderType, hookimpl
 from bridge_slack.settings import SLACK_CAPABILITIES, SlackSettings
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bridge_core.provider import (
+from bridge_core import (
     ChatProvider,
     HttpRoute,
     InboundSink,
@@ -29,8 +29,8 @@ from bridge_core.provider import (
     ProviderError,
     TransportError,
     Unreachable,
+    neutralise_mass_mentions,
 )
-from bridge_core.text import neutralise_mass_mentions
 from bridge_slack.errors import map_slack_error
 from bridge_slack.events import SlackEvents
 from bridge_slack.settings import (

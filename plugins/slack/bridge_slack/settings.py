@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from bridge_core.provider import Capabilities, LengthUnit
+from bridge_core import Capabilities, LengthUnit
 
 __all__ = ["DEFAULT_API_BASE_URL", "SLACK_CAPABILITIES", "SLACK_CHUNK", "SlackSettings"]
 

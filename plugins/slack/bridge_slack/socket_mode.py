@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from bridge_core.provider import ConnectionLost, InboundSink, TransportError
+from bridge_core import ConnectionLost, InboundSink, TransportError
 from bridge_slack.events import to_inbound
 
 if TYPE_CHECKING:

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bridge_core import TEAMS_BUDGET
-from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core import TEAMS_BUDGET, ProviderContext, ProviderType, hookimpl
 from bridge_teams.settings import CAPABILITIES, TeamsSettings
 
 if TYPE_CHECKING:

@@ -36,8 +36,9 @@ from bridge_core import (
     ProviderError,
     TransportError,
     Unreachable,
+    measure,
+    neutralise_mass_mentions,
 )
-from bridge_core.text import measure, neutralise_mass_mentions
 from bridge_teams.auth import (
     InvalidToken,
     KeySource,
