@@ -11,12 +11,16 @@ from bridge_core.testing.light_import import plugin_load_report
 from fake_api import CHANNEL, TOKEN, FakeApi
 
 import {{ cookiecutter.__package }}.plugin as plugin
-from {{ cookiecutter.__package }} import CAPABILITIES, {{ cookiecutter.__class_prefix }}Provider
+from {{ cookiecutter.__package }} import (
+    CAPABILITIES,
+    {{ cookiecutter.__class_prefix }}Provider,
+)
 
 
 def test_the_entry_point_is_installed() -> None:
     found = {ep.name: ep.value for ep in entry_points(group="bridge_core")}
-    assert found.get("{{ cookiecutter.__provider }}") == "{{ cookiecutter.__package }}.plugin"
+    module = found.get("{{ cookiecutter.__provider }}")
+    assert module == "{{ cookiecutter.__package }}.plugin"
 
 
 def test_bridge_core_lists_the_provider_with_its_distribution() -> None:
@@ -28,7 +32,8 @@ def test_bridge_core_lists_the_provider_with_its_distribution() -> None:
 
 def test_loading_the_plugin_does_not_import_httpx() -> None:
     # bridge-core loads every installed plugin to list providers: declaring must stay cheap.
-    distribution, provider = "{{ cookiecutter.__distribution }}", "{{ cookiecutter.__provider }}"
+    distribution = "{{ cookiecutter.__distribution }}"
+    provider = "{{ cookiecutter.__provider }}"
     report = plugin_load_report(distribution, provider, {"token": TOKEN})
     assert report.leaked_at_declare(["httpx"]) == []
     assert "httpx" in report.built  # the factory imports it, so the check above can fail

@@ -1,10 +1,10 @@
 """bridge-core provider for {{ cookiecutter.provider_name }}.
 
-The plugin module (``{{ cookiecutter.__package }}.plugin``) is what bridge-core loads through the
-``bridge_core`` entry point; ``settings`` declares the limits, capabilities, budget and settings
-model; ``client`` speaks the platform's REST API with httpx and ``errors`` maps its answers onto
-bridge-core's error taxonomy. The names that need httpx are imported on first use, so loading the
-plugin does not import it.
+bridge-core loads the plugin module through the ``bridge_core`` entry point:
+``{{ cookiecutter.__package }}.plugin``.
+``settings`` declares the limits, capabilities, budget and settings model; ``client`` speaks the
+platform's REST API with httpx and ``errors`` maps its answers onto bridge-core's error taxonomy.
+The names that need httpx are imported on first use, so loading the plugin does not import it.
 """
 
 from __future__ import annotations
@@ -21,16 +21,22 @@ from {{ cookiecutter.__package }}.settings import (
 
 if TYPE_CHECKING:
     from {{ cookiecutter.__package }}.client import ApiClient
-    from {{ cookiecutter.__package }}.errors import error_from_exception, error_from_response
-    from {{ cookiecutter.__package }}.provider import {{ cookiecutter.__class_prefix }}Provider
+    from {{ cookiecutter.__package }}.errors import (
+        error_from_exception,
+        error_from_response,
+    )
+    from {{ cookiecutter.__package }}.provider import (
+        {{ cookiecutter.__class_prefix }}Provider,
+    )
 
 __all__ = [
     "BUDGET",
     "CAPABILITIES",
     "MAX_LENGTH",
-    "{{ cookiecutter.__class_prefix }}Provider",
-    "{{ cookiecutter.__class_prefix }}Settings",
-    "ApiClient",
+{#- Sorted when generated: where the class names fall depends on the platform's name. #}
+{%- for name in ["ApiClient", cookiecutter.__class_prefix ~ "Provider", cookiecutter.__class_prefix ~ "Settings"] | sort(case_sensitive=True) %}
+    "{{ name }}",
+{%- endfor %}
     "error_from_exception",
     "error_from_response",
 ]

@@ -23,7 +23,10 @@ import httpx
 from bridge_core import TransportError
 from pydantic import SecretStr
 
-from {{ cookiecutter.__package }}.errors import error_from_exception, error_from_response
+from {{ cookiecutter.__package }}.errors import (
+    error_from_exception,
+    error_from_response,
+)
 
 __all__ = ["ApiClient"]
 
@@ -70,7 +73,7 @@ class ApiClient:
             return response.json()
         except ValueError:
             raise TransportError(
-                f"{{ cookiecutter.provider_name }} answered {where} with a body that is not JSON"
+                f"{{ cookiecutter.provider_name }} answered {where} with a body that is not JSON",
             ) from None
 
     async def post_message(self, channel: str, text: str, *, thread: str | None) -> str:
@@ -106,7 +109,9 @@ class ApiClient:
     def _message_id(body: Any, where: str) -> str:
         if isinstance(body, dict) and body.get("id") not in (None, ""):
             return str(body["id"])
-        raise TransportError(f"{{ cookiecutter.provider_name }} answered {where} without a message id")
+        raise TransportError(
+            f"{{ cookiecutter.provider_name }} answered {where} without a message id",
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()

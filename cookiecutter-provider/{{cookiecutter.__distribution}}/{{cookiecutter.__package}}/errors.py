@@ -126,5 +126,10 @@ def error_from_response(response: httpx.Response, *, where: str) -> ProviderErro
 def error_from_exception(error: httpx.HTTPError, *, where: str) -> ProviderError:
     """The core error for a request that got no usable response (network, timeout)."""
     if isinstance(error, httpx.TimeoutException):
-        return TransportError(f"{{ cookiecutter.provider_name }} did not answer {where} in time")
-    return TransportError(f"{{ cookiecutter.provider_name }} could not be reached for {where}: {type(error).__name__}")
+        return TransportError(
+            f"{{ cookiecutter.provider_name }} did not answer {where} in time",
+        )
+    kind = type(error).__name__
+    return TransportError(
+        f"{{ cookiecutter.provider_name }} could not be reached for {where}: {kind}",
+    )

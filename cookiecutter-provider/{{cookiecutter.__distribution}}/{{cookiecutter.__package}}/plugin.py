@@ -15,19 +15,35 @@ from typing import TYPE_CHECKING
 
 from bridge_core import ProviderContext, ProviderType, hookimpl
 
-from {{ cookiecutter.__package }}.settings import BUDGET, CAPABILITIES, {{ cookiecutter.__class_prefix }}Settings
+from {{ cookiecutter.__package }}.settings import (
+    BUDGET,
+    CAPABILITIES,
+    {{ cookiecutter.__class_prefix }}Settings,
+)
 
 if TYPE_CHECKING:
-    from {{ cookiecutter.__package }}.provider import {{ cookiecutter.__class_prefix }}Provider
+    from {{ cookiecutter.__package }}.provider import (
+        {{ cookiecutter.__class_prefix }}Provider,
+    )
 
 __all__ = ["create_provider", "provider_type", "register_providers"]
 
 
-def create_provider(settings: {{ cookiecutter.__class_prefix }}Settings, context: ProviderContext) -> {{ cookiecutter.__class_prefix }}Provider:
+def create_provider(
+    settings: {{ cookiecutter.__class_prefix }}Settings,
+    context: ProviderContext,
+) -> {{ cookiecutter.__class_prefix }}Provider:
     """Build one provider instance for a bot profile."""
-    from {{ cookiecutter.__package }}.provider import {{ cookiecutter.__class_prefix }}Provider  # loads the client here
+    # Imported here, not at the top: the provider loads the client, and with it httpx.
+    from {{ cookiecutter.__package }}.provider import (
+        {{ cookiecutter.__class_prefix }}Provider,
+    )
 
-    return {{ cookiecutter.__class_prefix }}Provider(settings, profile=context.profile, api_base_url=context.api_base_url)
+    return {{ cookiecutter.__class_prefix }}Provider(
+        settings,
+        profile=context.profile,
+        api_base_url=context.api_base_url,
+    )
 
 
 def provider_type() -> ProviderType:

@@ -72,8 +72,9 @@ class {{ cookiecutter.__class_prefix }}Provider(ChatProvider):
             # The core chunks before posting, so this is a caller's bug; never truncate silently.
             # MessageRejected drops this one message; the channel carries on.
             raise MessageRejected(
-                f"text is {size} {LENGTH_UNIT.value}, over {{ cookiecutter.provider_name }}'s "
-                f"{MAX_LENGTH}: chunk it with bridge_core.text.prepare before posting"
+                f"text is {size} {LENGTH_UNIT.value}, "
+                f"over {{ cookiecutter.provider_name }}'s {MAX_LENGTH}: "
+                "chunk it with bridge_core.text.prepare before posting"
             )
 
     async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
