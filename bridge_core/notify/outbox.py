@@ -10,11 +10,17 @@ the sender holds at most one operation per message. An outcome is applied to the
   the message keeps its ref (a refused post leaves none);
 - any other error (``Unreachable``, a stopped sender): the channel is finished, and nothing more
   is submitted.
+
+A rendering that raises (ADR 0026) is contained here, where the message is known: it is logged
+with the channel and the message (``agent:NAME`` or ``summary:WORKSPACE``), that version counts as
+refused (so it is not rendered again until the next update), and the sender is told there is
+nothing to send. Neither the sender nor the notifier stops.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from bridge_core.notify.live import Slot
 from bridge_core.notify.protocol import SenderLike
@@ -54,9 +60,10 @@ class Outbox:
         """Queue the slot's work at its priority: an edit of ``edit``, or a post."""
         if self._closed:
             return
+        render = slot.post_text if edit is None else slot.edit_text
         replaced = self._sender.submit(
             slot.key,
-            text=slot.post_text if edit is None else slot.edit_text,
+            text=lambda: self._render(slot, render),
             edit=edit,
             priority=slot.priority,
             on_outcome=slot.outcome,
@@ -64,6 +71,26 @@ class Outbox:
         )
         if not replaced:
             slot.outstanding += 1
+
+    def _render(self, slot: Slot, render: Callable[[], str | None]) -> str | None:
+        try:
+            return render()
+        except Exception as error:
+            # That version cannot be shown: like a refusal, it is not resent, and the next
+            # update renders again. (Cancellation and the process stopping are BaseExceptions
+            # and pass; the sender contains any other BaseException.)
+            self.rejected += 1
+            slot.refused = slot.version
+            logger.error(
+                "notifier for %r: rendering the message for %s raised %s: %s; that version is "
+                "dropped, the channel carries on",
+                self.channel,
+                slot.key[1],
+                type(error).__name__,
+                error,
+                exc_info=error,
+            )
+            return None
 
     def settle(self, slot: Slot, result: MessageRef | ProviderError | None, what: str) -> bool:
         """Apply one send's outcome to ``slot``; False when the channel is finished.

@@ -29,6 +29,15 @@ operation: the channel stays as it was (no pause, no back-off, health unchanged)
 post of the same key waits ``budget.edit_spacing`` after the refusal, as an edit of one message
 would, so a submitter whose every rendering is refused cannot spin the channel (ADR 0017).
 
+Containment (ADR 0026): nothing a piece of work raises ends the sender, only cancellation and
+the process being told to stop (``containment.must_propagate``). A text that raises while it is
+rendered fails that operation as ``MessageRejected`` (re-rendering it would raise again); a
+provider call that raises anything else reads as a transport error (backed off, ``send`` raises
+it, keyed work is retried); any other unexpected error while a piece of work is sent fails that
+piece of work (``MessageRejected`` for keyed work, a ``TransportError`` for ``send``) and backs
+the channel off, so a fault that repeats cannot spin it. Each is logged with the channel and the
+work's key.
+
 Exception hierarchy::
 
     ProviderError            (bridge_core.provider)
@@ -60,6 +69,8 @@ from bridge_core.provider import (
     TransportError,
     Unreachable,
 )
+from bridge_core.sending.containment import fresh_error, must_propagate
+from bridge_core.sending.health import ChannelHealth
 from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
 from bridge_core.sending.pacing import BudgetGate, SendGate
 
@@ -103,6 +114,7 @@ class SenderStats:
     transport_errors: int = 0
     superseded: int = 0
     skipped: int = 0
+    contained: int = 0  # unexpected exceptions contained to one piece of work (ADR 0026)
 
 
 @dataclass(eq=False, slots=True)
@@ -151,10 +163,7 @@ class ChannelSender:
         self._waiting = False
         self._failures = 0
         self._paused_until = -math.inf
-        self._healthy = True
-        self._health_reason: str | None = None
-        self._recheck_at = -math.inf
-        self._gave_up: Unreachable | None = None
+        self.health = ChannelHealth(channel, recheck_interval=recheck_interval)
         self._running = False
         self._task_group: TaskGroup | None = None
 
@@ -163,12 +172,12 @@ class ChannelSender:
     @property
     def healthy(self) -> bool:
         """False after ``Forbidden`` (until a re-check succeeds) or ``Unreachable`` (for good)."""
-        return self._healthy and self._gave_up is None
+        return self.health.ok and self.health.gave_up is None
 
     @property
     def health_reason(self) -> str | None:
         """Why the channel is unhealthy, or ``None`` when it is healthy."""
-        return None if self.healthy else self._health_reason
+        return None if self.healthy else self.health.reason
 
     @property
     def paused_until(self) -> float | None:
@@ -211,7 +220,7 @@ class ChannelSender:
         Raises ``Forbidden`` at once while the channel waits for its re-check, and ``Unreachable``
         once the channel has been given up.
         """
-        self._refuse_if_unhealthy()
+        self.health.refuse_if_unhealthy()
         work = _Work(object(), op, self._check_priority(priority), keyed=False)
         work.waiter = anyio.Event()
         self._enqueue(work)
@@ -269,7 +278,7 @@ class ChannelSender:
                 await self._step()
         finally:
             self._running = False
-            closed = SenderClosed(f"the sender for channel {self.channel!r} stopped")
+            closed = self._closed()
             for queue in self._queues:
                 for work in list(queue.values()):
                     self._resolve(work, closed)
@@ -277,21 +286,14 @@ class ChannelSender:
 
     # ------------------------------------------------------------------ internals
 
+    def _closed(self) -> SenderClosed:
+        return SenderClosed(f"the sender for channel {self.channel!r} stopped")
+
     @staticmethod
     def _check_priority(priority: int) -> int:
         if priority not in (Priority.TERMINAL, Priority.NEW, Priority.UPDATE):
             raise ValueError(f"priority must be a Priority (0, 1 or 2), got {priority!r}")
         return int(priority)
-
-    def _refuse_if_unhealthy(self) -> None:
-        if self._gave_up is not None:
-            raise Unreachable(f"channel {self.channel!r} was given up: {self._gave_up}")
-        if not self._healthy and anyio.current_time() < self._recheck_at:
-            raise Forbidden(
-                f"channel {self.channel!r} is unhealthy ({self._health_reason}); "
-                f"nothing is sent until the re-check in "
-                f"{self._recheck_at - anyio.current_time():.0f} s"
-            )
 
     def _enqueue(self, work: _Work) -> bool:
         if isinstance(work.op, Edit):
@@ -320,7 +322,9 @@ class ChannelSender:
         if work.on_outcome is not None:
             try:
                 work.on_outcome(result)
-            except Exception:  # a submitter's bug must not stop the channel's other work
+            except BaseException as error:  # a submitter's bug must not stop the channel
+                if must_propagate(error):
+                    raise
                 logger.exception("on_outcome callback for %r on %r raised", work.key, self.channel)
 
     def _requeue(self, work: _Work) -> None:
@@ -377,74 +381,70 @@ class ChannelSender:
     def _pause(self, seconds: float) -> None:
         self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
 
-    def _mark_forbidden(self, error: Forbidden) -> None:
-        self.stats.forbidden += 1
-        if self._healthy:
-            logger.warning(
-                "channel %r is forbidden (%s): nothing is sent there until a re-check every %.0f s",
-                self.channel,
-                error,
-                self.recheck_interval,
-            )
-        self._healthy = False
-        self._health_reason = f"forbidden: {error}"
-        self._recheck_at = anyio.current_time() + self.recheck_interval
-        self._fail_unkeyed(error)
-
-    def _mark_healthy(self) -> None:
-        if not self._healthy:
-            logger.warning("channel %r is reachable again", self.channel)
-        self._healthy = True
-        self._health_reason = None
-
     def _fail_unkeyed(self, error: ProviderError) -> None:
         for queue in self._queues:
             for key in [key for key, work in queue.items() if not work.keyed]:
-                self._resolve(queue.pop(key), _fresh(error))
+                self._resolve(queue.pop(key), fresh_error(error))
 
     async def _step(self) -> None:
         now = anyio.current_time()
-        if self._gave_up is not None:
+        health = self.health
+        if health.gave_up is not None:
             for queue in self._queues:
                 for abandoned in list(queue.values()):
-                    self._resolve(abandoned, _fresh(self._gave_up))
+                    self._resolve(abandoned, fresh_error(health.gave_up))
                 queue.clear()
             await self._wait(math.inf)
             return
         if now < self._paused_until:
             await anyio.sleep(self._paused_until - now)
             return
-        if not self._healthy:
-            if now < self._recheck_at:
-                await self._wait(self._recheck_at)
+        if not health.ok:
+            if now < health.recheck_at:
+                await self._wait(health.recheck_at)
                 return
-            if self.provider.capabilities.probe and await self._probe():
+            if self.provider.capabilities.probe and await health.probe(self.provider):
                 return
         work, ready_at = self._pick(now)
         if work is None:
             await self._wait(ready_at)
             return
-        await self._send(work)
-
-    async def _probe(self) -> bool:
-        """Run the provider's probe; True when it settled the re-check (either way)."""
         try:
-            answer = await self.provider.probe(self.channel)
-        except Exception as error:  # any failure of the probe: still unhealthy, check later
-            answer = False
-            self._health_reason = f"forbidden; the re-check failed: {error!r}"
-        if answer is None:
-            return False  # the provider cannot tell: the next real send is the re-check
-        if answer:
-            self._mark_healthy()
-        else:
-            self._recheck_at = anyio.current_time() + self.recheck_interval
-        return True
+            await self._send(work)
+        except BaseException as error:
+            if must_propagate(error):
+                raise
+            self._contain(work, error)
+
+    def _contain(self, work: _Work, error: BaseException) -> None:
+        """An error nothing else read while ``work`` was sent (a bug, or a shared gate's store
+        failing): that work fails, the channel backs off so a fault that repeats cannot spin it,
+        and the sender goes on."""
+        logger.error(
+            "channel %r: sending %r failed unexpectedly; that work is dropped, the channel "
+            "carries on",
+            self.channel,
+            work.key,
+            exc_info=error,
+        )
+        self.stats.contained += 1
+        self._inflight = None
+        self._queues[work.priority].pop(work.key, None)
+        self._pause(self._backoff())
+        if not work.done:
+            reason = f"the sender failed on this work: {type(error).__name__}: {error}"
+            self._resolve(work, MessageRejected(reason) if work.keyed else TransportError(reason))
 
     async def _send(self, work: _Work) -> None:
         op = work.op
         # Rendered before the gate is asked, so work with nothing to say spends no budget.
-        text = render_text(op.text)
+        try:
+            text = render_text(op.text)
+        except BaseException as error:
+            if must_propagate(error):
+                raise
+            self._render_failed(work, error)
+            return
         if text is None:
             del self._queues[work.priority][work.key]
             self.stats.skipped += 1
@@ -478,7 +478,7 @@ class ChannelSender:
                 self._last_write[op.ref.message_id] = now
                 ref = await self.provider.edit(op.ref, text)
         except anyio.get_cancelled_exc_class():
-            self._resolve(work, SenderClosed(f"the sender for channel {self.channel!r} stopped"))
+            self._resolve(work, self._closed())
             raise
         except RateLimited as error:
             self.stats.rate_limit_pauses += 1
@@ -499,22 +499,31 @@ class ChannelSender:
                 self._forget_old_writes(now)
             self._resolve(work, error)
         except Forbidden as error:
-            self._mark_forbidden(error)
+            self.stats.forbidden += 1
+            self.health.forbidden(error)
+            self._fail_unkeyed(error)
             self._retry_or_fail(work, error, retry_unkeyed=False)
         except Unreachable as error:
             self.stats.unreachable += 1
-            logger.error("channel %r is unreachable (%s): giving it up", self.channel, error)
-            self._gave_up = error
-            self._health_reason = f"unreachable: {error}"
+            self.health.unreachable(error)
             self._resolve(work, error)
         except ProviderError as error:
             self._transient(work, error)
-        except Exception as error:  # a provider bug reads as transient (reading_for's rule)
-            logger.exception("provider %r raised a non-ProviderError", self.provider.name)
+        except BaseException as error:  # a provider bug reads as transient (reading_for's rule)
+            if must_propagate(error):
+                self._resolve(work, self._closed())
+                raise
+            logger.exception(
+                "provider %r raised a non-ProviderError on channel %r (work %r)",
+                self.provider.name,
+                self.channel,
+                work.key,
+            )
+            self.stats.contained += 1
             self._transient(work, TransportError(f"{type(error).__name__}: {error}"))
         else:
             self._failures = 0
-            self._mark_healthy()
+            self.health.proven()
             self._last_write[ref.message_id] = now
             self._forget_old_writes(now)
             self.stats.delivered += 1
@@ -530,14 +539,34 @@ class ChannelSender:
             await op.begin()
         except anyio.get_cancelled_exc_class():
             self._queues[work.priority].pop(work.key, None)
-            self._resolve(work, SenderClosed(f"the sender for channel {self.channel!r} stopped"))
+            self._resolve(work, self._closed())
             raise
-        except Exception as error:
+        except BaseException as error:
+            if must_propagate(error):
+                raise
             self._queues[work.priority].pop(work.key, None)
-            work.begin_error = error
+            work.begin_error = (
+                error if isinstance(error, Exception) else TransportError(f"begin raised {error!r}")
+            )
             self._resolve(work, None)
             return False
         return True
+
+    def _render_failed(self, work: _Work, error: BaseException) -> None:
+        """Rendering ``work``'s text raised: that operation fails as a refused message (the same
+        state renders the same way, so retrying cannot help); the channel goes on."""
+        logger.error(
+            "channel %r: rendering the text of %r raised; that message is dropped, the channel "
+            "carries on",
+            self.channel,
+            work.key,
+            exc_info=error,
+        )
+        self.stats.contained += 1
+        del self._queues[work.priority][work.key]
+        if work.keyed:  # a resubmission of the key is spaced like a refused post
+            self._last_rejected[work.key] = anyio.current_time()
+        self._resolve(work, MessageRejected(f"rendering raised {type(error).__name__}: {error}"))
 
     def _transient(self, work: _Work, error: ProviderError) -> None:
         self.stats.transport_errors += 1
@@ -558,11 +587,3 @@ class ChannelSender:
             self._last_write = {m: t for m, t in self._last_write.items() if t > horizon}
         if len(self._last_rejected) > 4096:
             self._last_rejected = {k: t for k, t in self._last_rejected.items() if t > horizon}
-
-
-def _fresh(error: ProviderError) -> ProviderError:
-    """A new instance for each waiter: one exception raised in many tasks tangles tracebacks."""
-    try:
-        return type(error)(*error.args)
-    except TypeError:  # a subclass with another signature: share the instance after all
-        return error
