@@ -10,6 +10,7 @@ nothing below it, as an llm plugin imports ``llm.hookimpl`` (a test in
 
 from importlib.metadata import PackageNotFoundError, version
 
+from bridge_core.errors import BridgeError
 from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
 from bridge_core.provider import (
     BUDGET_PRESETS,
@@ -46,6 +47,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "BUDGET_PRESETS",
+    "BridgeError",
     "DISCORD_BUDGET",
     "SLACK_BUDGET",
     "TEAMS_BUDGET",

@@ -56,6 +56,7 @@ from bridge_core._config_budget import (
     resolve_budget,
 )
 from bridge_core._config_problems import ConfigProblem, problems_from
+from bridge_core.errors import BridgeError
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderType
 from bridge_core.provider import SendBudget
@@ -93,7 +94,7 @@ DEFAULT_CONFIG_FILE = "bridge.toml"
 # --------------------------------------------------------------------------- errors
 
 
-class ConfigError(Exception):
+class ConfigError(BridgeError):
     """The config file cannot be used; each problem names a key path and what was expected."""
 
     def __init__(self, path: Path | str | None, problems: Sequence[ConfigProblem]) -> None:

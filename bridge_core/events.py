@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from bridge_core.errors import BridgeError
+
 __all__ = [
     "NOTIFYING_KINDS",
     "AgentFinished",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 
-class EventError(ValueError):
+class EventError(BridgeError, ValueError):
     """A fleet event that cannot be read; ``field`` names what was wrong."""
 
     def __init__(self, field_name: str, message: str) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 import pluggy
 
 from bridge_core import hookspecs
+from bridge_core.errors import BridgeError
 from bridge_core.hookspecs import PROJECT_NAME, ProviderType
 
 __all__ = [
@@ -69,7 +70,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = ("bridge_core.providers.console",)
 _PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
 
-class PluginError(Exception):
+class PluginError(BridgeError):
     """A problem with the installed plugins."""
 
 

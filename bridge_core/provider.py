@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from bridge_core.errors import BridgeError
+
 __all__ = [
     "DISCORD_BUDGET",
     "ERROR_TABLE",
@@ -66,7 +68,7 @@ __all__ = [
 # --------------------------------------------------------------------------- errors
 
 
-class ProviderError(Exception):
+class ProviderError(BridgeError):
     """Base of every error a provider raises from ``post``, ``edit``, ``probe`` or ``receive``."""
 
 

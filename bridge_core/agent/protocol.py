@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge_core.errors import BridgeError
+
 __all__ = [
     "CLIENT_TYPES",
     "CLOSE_GOING_AWAY",
@@ -109,7 +111,7 @@ ERROR_CODES = {
 }
 
 
-class ProtocolError(ValueError):
+class ProtocolError(BridgeError, ValueError):
     """A message that breaks the protocol; ``code`` is one of ``ERROR_CODES``."""
 
     def __init__(

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bridge_core.conversation import obligation_id
+from bridge_core.errors import BridgeError
 from bridge_core.provider import MessageRef
 
 __all__ = [
@@ -26,11 +27,12 @@ __all__ = [
 ]
 
 
-class LedgerError(Exception):
-    """A ledger store could not be opened or used (bad URL, unreadable file, wrong schema)."""
+class LedgerError(BridgeError):
+    """Base of the ledger's errors; raised itself when a store could not be opened or used (a bad
+    URL, an unreadable file, a wrong schema)."""
 
 
-class ClaimLost(Exception):
+class ClaimLost(LedgerError):
     """Raised by ``Delivery.begin()`` when the row was claimed elsewhere (or changed) while the
     reply waited for its turn: the delivery function lets it propagate and sends nothing."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bridge_core.conversation import Frame, Join, Leave, LogRecord, Turn
+from bridge_core.errors import BridgeError
 from bridge_core.provider import InboundMessage
 
 __all__ = [
@@ -39,7 +40,7 @@ DEFAULT_RETENTION = 7 * 24 * 3600.0
 """How long the embedded log keeps turns and frames (the Redis log is capped by length)."""
 
 
-class OwnershipError(Exception):
+class OwnershipError(BridgeError):
     """Base of the errors this package raises."""
 
 
@@ -54,8 +55,11 @@ class NotAMember(OwnershipError):
     """
 
 
-class AgentBusy(OwnershipError):
-    """Raise from an ``on_turn`` handler at capacity: the end user gets a short busy notice."""
+class AgentBusy(Exception):
+    """Raise from an ``on_turn`` handler at capacity: the end user gets a short busy notice.
+
+    A signal, not an error: it is not a ``BridgeError``, so no ``except BridgeError`` takes it.
+    """
 
     def __init__(self, message: str = "the agent is busy", *, notice: str | None = None) -> None:
         super().__init__(message)

@@ -18,6 +18,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 
 from bridge_core.conversation import LogRecord, Turn
+from bridge_core.errors import BridgeError
 from bridge_core.ownership import AgentBusy
 
 __all__ = [
@@ -34,7 +35,7 @@ Agent = Callable[[Turn, Sequence[LogRecord]], Awaitable[str]]
 BUSY_NOTICE = "⏳ The agent is busy right now; please try again in a moment."
 
 
-class AgentLoadError(Exception):
+class AgentLoadError(BridgeError):
     """An agent reference in config that cannot be imported or is not an async callable."""
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from bridge_core.errors import BridgeError
 from bridge_core.inbound import DEFAULT_INITIAL_BACKOFF
 from bridge_core.ledger import Schedule
 
 __all__ = ["GatewayError", "GatewayOptions", "check_bind"]
 
 
-class GatewayError(Exception):
+class GatewayError(BridgeError):
     """The gateway cannot start as configured."""
 
 

@@ -1,7 +1,7 @@
 """The architecture's import rules, checked on the source (docs/architecture.md).
 
-- The vocabulary (``provider``, ``events``, ``conversation``, ``text``) imports nothing else of
-  the project.
+- The vocabulary (``errors``, ``provider``, ``events``, ``conversation``, ``text``) imports
+  nothing else of the project.
 - The libraries (``sending``, ``notify``, ``ledger``, ``inbound``, ``ownership``) import the
   vocabulary only: never each other, the runtime, the CLI, the config or the plugin machinery.
 - A provider plugin imports ``bridge_core`` itself (its public API) and ``bridge_core.testing``,
@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = "bridge_core"
-VOCABULARY = ("provider", "events", "conversation", "text")
+VOCABULARY = ("errors", "provider", "events", "conversation", "text")
 LIBRARIES = ("sending", "notify", "ledger", "inbound", "ownership")
 PLUGIN_MAY_IMPORT = (CORE, f"{CORE}.testing")
 
