@@ -55,6 +55,7 @@ __all__ = [
     "MessageRejected",
     "NotFound",
     "NotifierAction",
+    "Priority",
     "ProviderError",
     "RateLimited",
     "SendBudget",
@@ -63,6 +64,21 @@ __all__ = [
     "Window",
     "reading_for",
 ]
+
+
+# --------------------------------------------------------------------------- priority
+
+
+class Priority(enum.IntEnum):
+    """The sender's priority classes, highest first (a lower value goes first). One enum for the
+    notifier, the ledger's replies and the sender, which share it through the vocabulary."""
+
+    TERMINAL = 0
+    """Terminal updates (final edits, failure posts) and replies to people."""
+    NEW = 1
+    """New live messages and summaries."""
+    UPDATE = 2
+    """Intermediate edits."""
 
 
 # --------------------------------------------------------------------------- errors

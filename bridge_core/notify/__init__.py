@@ -6,7 +6,7 @@ Imports only the vocabulary; submits to anything with ``SenderLike``'s interface
 
 from bridge_core.notify.config import NotifyConfig
 from bridge_core.notify.notifier import Notifier, NotifierStats
-from bridge_core.notify.protocol import NEW, TERMINAL, UPDATE, SenderLike
+from bridge_core.notify.protocol import SenderLike
 from bridge_core.notify.render import (
     AgentState,
     SummaryCounts,
@@ -16,9 +16,6 @@ from bridge_core.notify.render import (
 )
 
 __all__ = [
-    "NEW",
-    "TERMINAL",
-    "UPDATE",
     "AgentState",
     "Notifier",
     "NotifierStats",

@@ -10,11 +10,11 @@ update then becomes an edit).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bridge_core.events import AgentFinished
-from bridge_core.notify.protocol import UPDATE
 from bridge_core.notify.render import (
     AgentState,
     Cleaner,
@@ -22,12 +22,10 @@ from bridge_core.notify.render import (
     render_agent,
     render_summary,
 )
-from bridge_core.provider import Capabilities, MessageRef, ProviderError
+from bridge_core.provider import Capabilities, MessageRef, Priority, ProviderError
 
 __all__ = [
-    "HOLDING",
-    "LIVE",
-    "SUMMARY",
+    "Phase",
     "Slot",
     "Summary",
     "TrackedAgent",
@@ -35,12 +33,16 @@ __all__ = [
     "summary_text",
 ]
 
-HOLDING = 0
-"""The agent waits out the hold (no message yet)."""
-LIVE = 1
-"""The agent has (or is getting) its own message."""
-SUMMARY = 2
-"""The agent is counted in a summary, with no message of its own."""
+
+class Phase(enum.Enum):
+    """Where an agent stands in the notifier's rules (seed ADR 0007)."""
+
+    HOLDING = enum.auto()
+    """The agent waits out the hold (no message yet)."""
+    LIVE = enum.auto()
+    """The agent has (or is getting) its own message."""
+    SUMMARY = enum.auto()
+    """The agent is counted in a summary, with no message of its own."""
 
 
 @dataclass(eq=False, slots=True)
@@ -54,7 +56,7 @@ class Slot:
     delivered: int = -1
     refused: int = -1  # the latest version the platform refused (MessageRejected): not resent
     outstanding: int = 0
-    priority: int = UPDATE
+    priority: Priority = Priority.UPDATE
     lost: bool = False  # its message was deleted; the next update posts a new one
     post_text: Callable[[], str | None] = field(default=lambda: None)
     edit_text: Callable[[], str | None] = field(default=lambda: None)
@@ -73,7 +75,7 @@ class TrackedAgent:
     name: str
     workspace: str
     slot: Slot
-    phase: int = HOLDING
+    phase: Phase = Phase.HOLDING
     title: str = ""
     status: str = ""
     finished: AgentFinished | None = None

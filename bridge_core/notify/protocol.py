@@ -1,7 +1,7 @@
 """What the notifier needs from a sender, as a Protocol (``notify`` never imports ``sending``).
 
-``bridge_core.sending.ChannelSender`` satisfies it; the priority numbers are the same as its
-``Priority`` classes.
+``bridge_core.sending.ChannelSender`` satisfies it; both take their priority classes from the
+vocabulary's ``Priority``.
 """
 
 from __future__ import annotations
@@ -9,16 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
-from bridge_core.provider import MessageRef, ProviderError
+from bridge_core.provider import MessageRef, Priority, ProviderError
 
-__all__ = ["NEW", "TERMINAL", "UPDATE", "OutcomeCallback", "SenderLike", "TextCallback"]
-
-TERMINAL = 0
-"""Terminal updates: final edits and failure posts."""
-NEW = 1
-"""New live messages and summaries."""
-UPDATE = 2
-"""Intermediate edits."""
+__all__ = ["OutcomeCallback", "SenderLike", "TextCallback"]
 
 TextCallback = Callable[[], str | None]
 OutcomeCallback = Callable[[MessageRef | ProviderError | None], None]
@@ -33,7 +26,7 @@ class SenderLike(Protocol):
         *,
         text: TextCallback,
         edit: MessageRef | None = None,
-        priority: int = UPDATE,
+        priority: Priority = Priority.UPDATE,
         on_outcome: OutcomeCallback | None = None,
         thread: str | None = None,
     ) -> bool:

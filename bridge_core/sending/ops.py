@@ -7,26 +7,14 @@ pause or a busy budget goes out with the state of that moment, never a stale one
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bridge_core.provider import MessageRef
+from bridge_core.provider import MessageRef, Priority
 
 __all__ = ["Edit", "Post", "Priority", "SendOp", "TextSource", "render_text"]
 
 TextSource = str | Callable[[], str | None]
-
-
-class Priority(enum.IntEnum):
-    """Priority classes, highest first (lower value goes first)."""
-
-    TERMINAL = 0
-    """Terminal updates (final edits, failure posts) and replies to people."""
-    NEW = 1
-    """New live messages and summaries."""
-    UPDATE = 2
-    """Intermediate edits."""
 
 
 @dataclass(frozen=True, slots=True)
