@@ -54,6 +54,7 @@ __all__ = [
     "MessageRef",
     "MessageRejected",
     "NotFound",
+    "RETRY_AFTER_LIMIT",
     "NotifierAction",
     "Priority",
     "ProviderError",
@@ -88,15 +89,45 @@ class ProviderError(BridgeError):
     """Base of every error a provider raises from ``post``, ``edit``, ``probe`` or ``receive``."""
 
 
+RETRY_AFTER_LIMIT = 3600.0
+"""The longest wait a ``RateLimited`` may ask for; past it, the wait counts as not said."""
+
+
 class RateLimited(ProviderError):
-    """The platform refused the call for now; ``retry_after`` seconds when it said how long."""
+    """The platform refused the call for now; ``retry_after`` seconds when it said how long.
+
+    ``retry_after`` is a usable wait or ``None``, whatever the provider passed (ADR 0027): a value
+    that is not a finite number from 0 to ``RETRY_AFTER_LIMIT`` seconds (``inf`` from a
+    ``Retry-After: 1e309`` header, ``nan``, a negative or absurd number, a string) is kept as
+    ``None``, so every reader falls back on its default back-off. The value as given is in
+    ``retry_after_given``, for logs.
+    """
 
     def __init__(self, message: str = "rate limited", *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
+    @property
+    def retry_after(self) -> float | None:
+        return self._retry_after
+
+    @retry_after.setter
+    def retry_after(self, value: object) -> None:
+        self.retry_after_given = value
+        self._retry_after = _usable_wait(value)
+
     def __repr__(self) -> str:
         return f"RateLimited({str(self)!r}, retry_after={self.retry_after!r})"
+
+
+def _usable_wait(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past the float range
+        return None
+    return seconds if 0.0 <= seconds <= RETRY_AFTER_LIMIT else None  # False for nan
 
 
 class NotFound(ProviderError):

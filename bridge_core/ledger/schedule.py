@@ -153,8 +153,9 @@ def after_failure(
         # or it must not be resent) alike: no resend can help, so the row stops here.
         return Settlement(State.ABANDONED, None, False, described, False)
     if action is LedgerAction.WAIT_PENALTY:
+        # a usable wait or None, whatever the provider passed (ADR 0027)
         wait = error.retry_after if isinstance(error, RateLimited) else None
-        if wait is None or wait < 0:
+        if wait is None:
             wait = schedule.default_penalty
         return Settlement(State.FAILED, now + wait, True, described, True)
     if row.resends >= schedule.max_resends:

@@ -482,7 +482,7 @@ class ChannelSender:
             raise
         except RateLimited as error:
             self.stats.rate_limit_pauses += 1
-            if error.retry_after is not None and error.retry_after >= 0:
+            if error.retry_after is not None:  # a usable wait, or None (ADR 0027)
                 self._pause(error.retry_after)
             else:
                 self.stats.backoffs += 1

@@ -1,0 +1,50 @@
+"""A ``RateLimited`` whose wait is not usable backs the channel off by default (ADR 0027).
+
+``inf`` used to pause the channel forever (it never sent again); ``nan`` compared False and so
+fell through to the back-off by luck; a huge finite wait paused it for years. Each now backs off
+1 to 2 s (the first failure), then the work goes out, with no busy loop.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import anyio
+import pytest
+
+from bridge_core.provider import SLACK_BUDGET, MessageRef, RateLimited
+from bridge_core.sending import BACKOFF_MIN, ChannelSender, Post
+from bridge_core.testing.clock import run_virtual
+
+from .test_containment import ScriptedProvider
+
+
+@pytest.mark.parametrize("wait", [math.inf, -math.inf, math.nan, 1e309, -3.0, 1e12])
+def test_an_unusable_wait_backs_the_channel_off_then_sends(wait: float) -> None:
+    async def main() -> None:
+        provider = ScriptedProvider()
+
+        def limited() -> None:
+            raise RateLimited("slow", retry_after=wait)
+
+        provider.faults.append(limited)
+        calls: list[float] = []
+        inner = provider._call
+
+        def counted(text: str) -> MessageRef:
+            calls.append(anyio.current_time())
+            return inner(text)
+
+        provider._call = counted  # type: ignore[method-assign]
+        async with ChannelSender(
+            provider, channel="c", budget=SLACK_BUDGET, random=random.Random(1)
+        ) as sender:
+            with anyio.fail_after(120):
+                ref = await sender.send(Post("x"))
+            assert isinstance(ref, MessageRef)
+            assert sender.stats.backoffs == 1 and sender.stats.rate_limit_pauses == 1
+        assert len(calls) == 2, calls
+        assert BACKOFF_MIN <= calls[1] - calls[0] <= 2 * BACKOFF_MIN + 0.05
+
+    run_virtual(main)
