@@ -226,6 +226,11 @@ class ChannelConfig(StrictModel):
     ``agent(turn, history)`` that returns the reply's text. Without one (and without ``chatbridge
     run --agent``), what people write here is ignored. Every gateway that serves this channel with
     an agent joins its agent group, and one of them owns each conversation."""
+    agent_group: str | None = Field(default=None, min_length=1, max_length=200)
+    """The agent group that agent processes connected to ``/v1/agents`` join to answer people here
+    (their ``hello`` names it and this channel). Each connection is one member of the channel's
+    group beside the gateways' in-process ``agent``, if there is one, and one member owns each
+    conversation. Not set: no connected agent can serve this channel."""
     notify: NotifySettings = Field(default_factory=NotifySettings)
     """This channel's notification timing; each key given overrides the one in ``[notify]``."""
 
@@ -320,6 +325,10 @@ class ApiConfig(StrictModel):
     without it, 403 when wrong. ``/healthz`` stays open for load balancers, and the providers'
     inbound routes check the platforms' own signatures instead. Not set: no authentication, which
     the gateway allows only on loopback."""
+    agent_tokens: dict[str, Secret] = Field(default_factory=dict)
+    """Bearer tokens for agent processes connecting to ``/v1/agents``, by agent name, each
+    usually ``{ env = "NAME" }``; the API ``token`` is accepted there too. Give each agent its own
+    to revoke one without the others."""
     max_body_bytes: int = Field(default=1_048_576, ge=1)
     """The largest request body accepted, in bytes: event batches, messages and the providers'
     inbound requests alike; a larger one is answered 413. Raise it to post bigger batches of events

@@ -125,6 +125,7 @@ class AgentGroupMember:
         self._idle = anyio.Event()
         self._last_beat = 0.0
         self._expelled = False
+        self._abandoned = False
 
     # ------------------------------------------------------------------ public
 
@@ -132,6 +133,12 @@ class AgentGroupMember:
         """Ask ``run()`` to finish in-flight turns, leave gracefully and return."""
         self._stop.set()
         self._done.set()
+
+    def abandon(self) -> None:
+        """Stop like ``stop()`` but append no leave: heartbeats stop and the reaper expires this
+        member after ``expiry``, as it would a crashed process's (a dropped agent connection)."""
+        self._abandoned = True
+        self.stop()
 
     async def record_frame(self, turn: Turn, obligation: str) -> Frame:
         """Record this member's answer to ``turn`` in the log (before sending it)."""
@@ -225,7 +232,7 @@ class AgentGroupMember:
             if failure is not None:
                 raise failure
         finally:
-            if not self._expelled:
+            if not self._expelled and not self._abandoned:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
                     try:
                         await self.log.leave(member)

@@ -26,7 +26,7 @@ from bridge_core.ownership import AgentGroupMember, open_conversation_log
 from bridge_core.provider import UNLIMITED_BUDGET, ChatProvider, HttpRoute, KeyValueStore
 from bridge_core.runtime.agents import Agent, load_agent
 from bridge_core.runtime.channel import ChannelRuntime, LedgerLike
-from bridge_core.runtime.http_api import ApiBackend, build_app
+from bridge_core.runtime.http_api import ApiBackend, Handler, build_app
 from bridge_core.runtime.metrics import GatewayMetrics
 from bridge_core.runtime.options import GatewayError, GatewayOptions
 from bridge_core.runtime.placement import GATEWAYS_GROUP, FleetBus, NotifierPlacement
@@ -41,6 +41,7 @@ __all__ = [
     "join_agent_group",
     "make_provider",
     "notifier_for",
+    "open_channel_log",
     "open_ledger",
     "open_scale_out",
     "platform_of",
@@ -228,6 +229,18 @@ def conversation_log_target(config: BridgeConfig) -> str:
     return str(base / "bridge-log.sqlite3")
 
 
+async def open_channel_log(
+    stack: AsyncExitStack, channel: ChannelRuntime, *, log_target: str, options: GatewayOptions
+) -> None:
+    """Open ``channel``'s conversation log (its agent group: in-process or connected agents)."""
+    channel.log = await open_conversation_log(
+        log_target,
+        channel=channel.config.channel_id,
+        key_prefix=options.key_prefix,
+    )
+    stack.push_async_callback(channel.log.aclose)
+
+
 async def join_agent_group(
     stack: AsyncExitStack,
     channel: ChannelRuntime,
@@ -240,12 +253,9 @@ async def join_agent_group(
     """Give ``channel`` its ``agent``, its conversation log and this gateway's member of the
     channel's agent group, which hands the turns it owns to the agent."""
     channel.agent = agent
-    channel.log = await open_conversation_log(
-        log_target,
-        channel=channel.config.channel_id,
-        key_prefix=options.key_prefix,
-    )
-    stack.push_async_callback(channel.log.aclose)
+    if channel.log is None:
+        await open_channel_log(stack, channel, log_target=log_target, options=options)
+    assert channel.log is not None
     channel.member = AgentGroupMember(
         channel.log,
         member_id=gateway_id,
@@ -271,10 +281,17 @@ async def serve_http_api(
     token: str | None,
     max_body: int,
     provider_routes: Sequence[HttpRoute],
+    agent_socket: Handler | None = None,
 ) -> str:
     """Listen on ``host:port`` and serve ``backend``'s HTTP API there; returns its URL (with
     the port bound, when ``port`` is 0)."""
-    app = build_app(backend, token=token, max_body=max_body, provider_routes=provider_routes)
+    app = build_app(
+        backend,
+        token=token,
+        max_body=max_body,
+        provider_routes=provider_routes,
+        agent_socket=agent_socket,
+    )
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)

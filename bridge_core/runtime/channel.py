@@ -116,11 +116,24 @@ class ChannelRuntime:
 
     async def busy(self, turn: Turn, error: AgentBusy) -> None:
         """``AgentGroupMember.on_busy``: the busy notice is this turn's reply."""
-        self.metrics.busy_notices.labels(self.name).inc()
-        await self._reply(turn, error.notice or BUSY_NOTICE)
+        assert self.member is not None
+        await self.deliver(await self.record_busy(turn, error.notice, member=self.member))
 
     async def _reply(self, turn: Turn, text: str) -> None:
-        assert self.ledger is not None and self.member is not None
+        assert self.member is not None
+        await self.deliver(await self.record_reply(turn, text, member=self.member))
+
+    async def record_busy(
+        self, turn: Turn, notice: str | None, *, member: AgentGroupMember
+    ) -> Obligation:
+        """Record a busy notice as ``turn``'s reply by ``member`` (row, then frame)."""
+        self.metrics.busy_notices.labels(self.name).inc()
+        return await self.record_reply(turn, notice or BUSY_NOTICE, member=member)
+
+    async def record_reply(self, turn: Turn, text: str, *, member: AgentGroupMember) -> Obligation:
+        """Make ``text`` the durable reply to ``turn`` by ``member``: the ledger row, then the
+        frame. Once this returns the reply survives a crash; ``deliver`` sends it."""
+        assert self.ledger is not None
         reply = Reply.answering(
             profile=self.profile,
             platform=self.platform,
@@ -132,9 +145,14 @@ class ChannelRuntime:
             chunks=split_reply(text, self.provider),
         )
         row = await self.ledger.record(reply)
-        await self.member.record_frame(turn, reply.obligation_id)
+        await member.record_frame(turn, reply.obligation_id)
         self.answered += 1
         self.metrics.turns_answered.labels(self.name).inc()
+        return row
+
+    async def deliver(self, row: Obligation) -> None:
+        """Send a reply ``record_reply`` made durable."""
+        assert self.ledger is not None
         # A row recorded before (a crash between row and frame, another gateway answering the
         # same turn) may be in anyone's hands: the claim's compare-and-swap on the fence lets
         # exactly one sender through, and a row already attempted is the sweeps' work.

@@ -49,6 +49,7 @@ from bridge_core.provider import (
     MessageRef,
     Unreachable,
 )
+from bridge_core.runtime.agent_socket import AgentSockets, AgentSocketSettings
 from bridge_core.runtime.agents import Agent
 from bridge_core.runtime.builders import (
     ScaleOut,
@@ -58,6 +59,7 @@ from bridge_core.runtime.builders import (
     join_agent_group,
     make_provider,
     notifier_for,
+    open_channel_log,
     open_ledger,
     open_scale_out,
     platform_of,
@@ -116,6 +118,7 @@ class Gateway:
         self._accepting = False
         self._stop = anyio.Event()
         self._task_group: TaskGroup | None = None
+        self.agent_sockets: AgentSockets | None = None
         self.ready = anyio.Event()
         self.url: str | None = None
         self.public_url = self.options.public_url
@@ -193,6 +196,9 @@ class Gateway:
                         for channel in self.channels.values():
                             if channel.member is not None:
                                 channel.member.stop()
+                        if self.agent_sockets is not None:
+                            with anyio.move_on_after(self.options.grace):
+                                await self.agent_sockets.aclose()
                         # hosted notifiers send what they took, then end, before we leave
                         hosting.cancel_scope.deadline = deadline
                     if self._placement is not None:
@@ -261,6 +267,8 @@ class Gateway:
                     options=self.options,
                     gateway_id=self.gateway_id,
                 )
+            elif channel_config.agent_group is not None:  # served by connected agents only
+                await open_channel_log(stack, runtime, log_target=log_target, options=self.options)
             self.channels[name] = runtime
             self._by_platform[(channel_config.profile, channel_config.channel_id)] = runtime
 
@@ -403,6 +411,9 @@ class Gateway:
     def channel_names(self) -> Sequence[str]:
         return list(self.channels)
 
+    def agent_channel(self, name: str) -> ChannelRuntime | None:
+        return self.channels.get(name)
+
     async def accept_events(self, events: Sequence[FleetEvent]) -> None:
         self._check_accepting()
         if self._bus is not None:
@@ -501,7 +512,24 @@ class Gateway:
             token=self.token,
             max_body=self.config.api.max_body_bytes,
             provider_routes=routes,
+            agent_socket=self._agent_socket().handle,
         )
+
+    def _agent_socket(self) -> AgentSockets:
+        api, options = self.config.api, self.options
+        settings = AgentSocketSettings(
+            api_token=self.token,
+            agent_tokens={
+                name: secret.get_secret_value() for name, secret in api.agent_tokens.items()
+            },
+            settle=options.settle,
+            heartbeat=options.heartbeat,
+            expiry=options.expiry,
+            lookback=options.lookback,
+            drain_timeout=options.grace,
+        )
+        self.agent_sockets = AgentSockets(self, settings)
+        return self.agent_sockets
 
     def _profile_sink(self, profile: str) -> Any:
         async def sink(message: InboundMessage) -> None:

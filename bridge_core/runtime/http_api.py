@@ -7,6 +7,7 @@ Routes::
                         is durably recorded in the ledger {"obligation", "duplicate"}
     GET  /healthz       per channel and provider; 503 naming the unhealthy ones
     GET  /metrics       Prometheus text
+    GET  /v1/agents     the agent socket (WebSocket; ``runtime.agent_socket``), when served
     <provider routes>   each provider's ``http_routes(sink)`` (Slack Events, Teams), unauthenticated
                         here because the platforms sign their own requests
 
@@ -37,9 +38,11 @@ from bridge_core.events import EventError, FleetEvent, UnknownEvent, parse_event
 from bridge_core.provider import HttpRequest, HttpRoute
 
 __all__ = [
+    "AGENT_SOCKET_PATH",
     "DEFAULT_MAX_BODY",
     "ApiBackend",
     "ApiError",
+    "Handler",
     "Health",
     "MessageReceipt",
     "MessageRequest",
@@ -51,6 +54,7 @@ __all__ = [
 log = logging.getLogger("bridge_core.runtime.http")
 
 DEFAULT_MAX_BODY = 1024 * 1024
+AGENT_SOCKET_PATH = "/v1/agents"
 MAX_IDEMPOTENCY_KEY = 200
 
 
@@ -243,13 +247,17 @@ def build_app(
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     provider_routes: Sequence[HttpRoute] = (),
+    agent_socket: Handler | None = None,
 ) -> web.Application:
-    """The aiohttp application serving ``backend``."""
+    """The aiohttp application serving ``backend``; ``agent_socket`` serves ``GET /v1/agents``
+    (``runtime.agent_socket``), which checks its own tokens before the upgrade."""
     expected = f"Bearer {token}".encode() if token else None
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         protected = request.path.startswith("/v1/") or request.path == "/metrics"
+        if agent_socket is not None and request.path == AGENT_SOCKET_PATH:
+            protected = False  # the socket accepts per-agent tokens too, and checks them itself
         if expected is not None and protected:
             given = request.headers.get("Authorization")
             if given is None:
@@ -304,6 +312,8 @@ def build_app(
     app.router.add_post("/v1/messages", post_messages)
     app.router.add_get("/healthz", get_health)
     app.router.add_get("/metrics", get_metrics)
+    if agent_socket is not None:
+        app.router.add_get(AGENT_SOCKET_PATH, agent_socket)
     for route in provider_routes:
         app.router.add_route(route.method, route.path, _adapt(route))
     return app

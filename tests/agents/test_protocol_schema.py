@@ -7,43 +7,15 @@ express, NUL and lone surrogates, the parser refuses on its own)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_core.agent import protocol as p
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "agent-protocol.schema.json"
-SCHEMA = json.loads(SCHEMA_PATH.read_text())
-jsonschema.Draft202012Validator.check_schema(SCHEMA)
-
-
-def validator(definition: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(
-        {"$ref": f"#/$defs/{definition}", "$defs": SCHEMA["$defs"]}
-    )
-
-
-CLIENT = validator("ClientMessage")
-SERVER = validator("ServerMessage")
-
-
-def assert_server_message(frame: str) -> dict[str, Any]:
-    """``frame`` is a valid gateway message (used by the socket tests for every frame)."""
-    data = json.loads(frame)
-    SERVER.validate(data)
-    return data
-
-
-def assert_client_message(frame: str) -> dict[str, Any]:
-    data = json.loads(frame)
-    CLIENT.validate(data)
-    return data
-
+from .conftest import CLIENT, SCHEMA, assert_client_message, assert_server_message
 
 SERVER_EXAMPLES: list[p.ServerMessage] = [
     p.ServerHello(
