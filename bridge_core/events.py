@@ -6,7 +6,9 @@ Every event names its ``agent`` and ``workspace``. ``AgentSpawned``, ``StatusCha
 does not know parse into ``UnknownEvent`` or their own class and are ignored by default, never
 rejected: a newer fleet must not break an older gateway.
 
-``parse_event`` raises ``EventError`` naming the field that was wrong.
+``parse_event`` raises ``EventError`` naming the field that was wrong, a string that is not
+Unicode text (a lone surrogate) or holds a NUL included, at any depth (ADR 0070): whichever
+boundary an event enters by (the HTTP API, an event file, ``simulate``), it is refused there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from bridge_core.errors import BridgeError
+from bridge_core.text import find_invalid_text
 
 __all__ = [
     "NOTIFYING_KINDS",
@@ -189,6 +192,9 @@ def parse_event(data: Any) -> FleetEvent:
     """Read one event from its JSON form (a mapping with ``kind`` and ``agent``)."""
     if not isinstance(data, Mapping):
         raise EventError("event", f"must be a JSON object, got {type(data).__name__}")
+    invalid = find_invalid_text(data)
+    if invalid is not None:
+        raise EventError(invalid.field, invalid.reason)
     kind = _text(data, "kind", required=True)
     agent = _text(data, "agent", required=True)
     workspace = _text(data, "workspace", default="default") or "default"
@@ -237,6 +243,8 @@ def parse_event_line(line: str) -> FleetEvent:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise EventError("json", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # nested 100,000 deep, a 5,000-digit number
+        raise EventError("json", f"JSON this gateway will not read: {exc}") from None
     return parse_event(data)
 
 

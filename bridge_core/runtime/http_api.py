@@ -36,6 +36,7 @@ from aiohttp import web
 
 from bridge_core.events import EventError, FleetEvent, UnknownEvent, parse_event
 from bridge_core.provider import HttpRequest, HttpRoute
+from bridge_core.text import find_invalid_text, text_problem
 
 __all__ = [
     "AGENT_SOCKET_PATH",
@@ -148,13 +149,42 @@ async def _read_json(request: web.Request, max_body: int) -> Any:
     except UnicodeDecodeError:
         raise ApiError(400, "request body is not UTF-8", field="body") from None
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ApiError(
             400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", field="body"
         ) from None
     except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 10,000 deep
         raise ApiError(400, f"JSON the gateway will not read: {exc}", field="body") from None
+    _refuse_invalid_text(data)
+    return data
+
+
+def _refuse_invalid_text(data: Any) -> None:
+    """A 400 naming the first string of a body that is not valid Unicode text or holds a NUL
+    (ADR 0070): refused here, whatever the route, before any of it is parsed or stored."""
+    invalid = find_invalid_text(data)
+    if invalid is None:
+        return
+    path, index = invalid.path, None
+    if isinstance(data, list) and path:  # a batch: the event's index, then its field
+        index, path = int(path[0]), path[1:]
+    field = ".".join(str(part) for part in path) or "body"
+    where = "" if index is None else f"event {index}: "
+    raise ApiError(400, f"{where}{field}: {invalid.reason}", field=field, index=index)
+
+
+def _header_problem(request: web.Request) -> ApiError | None:
+    """A 400 for a header that is not UTF-8: aiohttp keeps such bytes as lone surrogates, which
+    nothing after this point (the token check, a platform's signature check) can encode."""
+    for name, value in request.headers.items():
+        problem = text_problem(name) or text_problem(value)
+        if problem is not None:
+            shown = name.encode("utf-8", "replace").decode("utf-8")
+            return ApiError(
+                400, f"header {shown} holds bytes that are not UTF-8 text, or NUL", field=shown
+            )
+    return None
 
 
 def parse_events_body(data: Any) -> list[FleetEvent]:
@@ -255,6 +285,9 @@ def build_app(
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        bad_header = _header_problem(request)
+        if bad_header is not None:
+            return _error(bad_header)
         protected = request.path.startswith("/v1/") or request.path == "/metrics"
         if agent_socket is not None and request.path == AGENT_SOCKET_PATH:
             protected = False  # the socket accepts per-agent tokens too, and checks them itself

@@ -1,5 +1,7 @@
 """The HTTP API's contract against a recording backend: bad inputs are 4xx naming the problem,
-never 500, and nothing of a rejected request is accepted."""
+never 500, and nothing of a rejected request is accepted. Text the API cannot carry (ADR 0070):
+a lone surrogate or a NUL anywhere in a body, and a header that is not UTF-8, are a 400 naming
+the field or header, whatever the route; other control characters pass."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -255,3 +258,159 @@ async def test_bearer_token(token_client: TestClient[Any, Any], backend: Recordi
     assert (await token_client.get("/healthz")).status == 200
     scrape = await token_client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
     assert await scrape.read() == b"chatbridge_up 1\n"
+
+
+# ------------------------------------------------------------------ text that cannot be carried
+
+# Every class of code point that cannot be carried, as a JSON client would send it.
+BAD = {
+    "lone high surrogate": "x\ud800",
+    "lone low surrogate": "\udfffx",
+    "pair in the wrong order": "\udc00\ud800",
+    "high surrogate at the end of a pair's place": "a\ud83d b",
+    "NUL": "a\0b",
+}
+
+
+@pytest.fixture
+async def guarded(backend: RecordingBackend) -> AsyncIterator[TestClient[Any, Any]]:
+    app = build_app(
+        backend,
+        token="s3cret-token",
+        provider_routes=[HttpRoute("POST", "/slack/events", echo_route)],
+    )
+    async with TestClient(TestServer(app)) as c:
+        yield c
+
+
+AUTH = {"Authorization": "Bearer s3cret-token", "Content-Type": "application/json"}
+
+
+def _raw(value: Any) -> bytes:
+    # json.dumps escapes surrogates as \ud800: exactly what a careless client sends
+    return json.dumps(value).encode("ascii")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bad", list(BAD.values()), ids=list(BAD))
+@pytest.mark.parametrize(
+    ("body", "field", "index"),
+    [
+        (lambda v: {**EVENT, "agent": v}, "agent", None),
+        (lambda v: {**EVENT, "workspace": v}, "workspace", None),
+        (lambda v: {**EVENT, "title": v}, "title", None),
+        (lambda v: {"kind": "StatusChanged", "agent": "a", "status": v}, "status", None),
+        (lambda v: {"kind": v, "agent": "a"}, "kind", None),
+        (lambda v: {"kind": "New", "agent": "a", "extra": {"deep": [1, v]}}, "extra.deep.1", None),
+        (lambda v: [EVENT, {**EVENT, "agent": v}], "agent", 1),
+    ],
+)
+async def test_events_with_text_that_cannot_be_carried_are_refused(
+    guarded: TestClient[Any, Any],
+    backend: RecordingBackend,
+    bad: str,
+    body: Any,
+    field: str,
+    index: int | None,
+) -> None:
+    response = await guarded.post("/v1/events", data=_raw(body(bad)), headers=AUTH)
+    assert response.status == 400
+    payload = await response.json()
+    assert payload["field"] == field
+    assert payload.get("index") == index
+    assert "surrogate" in payload["error"] or "NUL" in payload["error"]
+    assert backend.events == []
+
+
+@pytest.mark.anyio
+async def test_a_bad_key_is_named_made_readable(
+    guarded: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    response = await guarded.post("/v1/events", data=_raw({**EVENT, "ke\ud800y": 1}), headers=AUTH)
+    assert response.status == 400
+    payload = await response.json()
+    assert payload["field"] == "ke\ufffdy"
+    assert "key" in payload["error"]
+    assert backend.events == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bad", list(BAD.values()), ids=list(BAD))
+@pytest.mark.parametrize("field", ["channel", "text", "thread", "idempotency_key"])
+async def test_messages_with_text_that_cannot_be_carried_are_refused(
+    guarded: TestClient[Any, Any], backend: RecordingBackend, bad: str, field: str
+) -> None:
+    body = {"channel": "ops", "text": "hello", field: bad}
+    response = await guarded.post("/v1/messages", data=_raw(body), headers=AUTH)
+    assert response.status == 400
+    assert (await response.json())["field"] == field
+    assert backend.messages == []
+
+
+@pytest.mark.anyio
+async def test_control_characters_and_pairs_are_text(
+    guarded: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    text = "bell\a esc\x1b]0;title\x07 del\x7f c1\x9b tab\t 😀 \ufeff\uffff"
+    response = await guarded.post(
+        "/v1/messages", data=_raw({"channel": "ops", "text": text}), headers=AUTH
+    )
+    assert response.status == 202
+    assert backend.messages[0].text == text
+    response = await guarded.post("/v1/events", data=_raw({**EVENT, "title": text}), headers=AUTH)
+    assert response.status == 202
+
+
+async def _raw_request(client: TestClient[Any, Any], head: bytes, body: bytes = b"") -> bytes:
+    """Send bytes the client library would refuse to (a header that is not UTF-8)."""
+    port = client.server.port
+    assert port is not None
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(head + b"\r\n\r\n" + body)
+        answer = b""
+        with anyio.fail_after(5):
+            while b"\r\n\r\n" not in answer:
+                answer += await stream.receive()
+    return answer
+
+
+HEAD = (
+    b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: %d"
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Authorization: Bearer \xff\xfe",
+        b"Authorization: Bearer s3cret-token\xc3",
+        b"Authorization: \xe9t\xe9",
+        b"Idempotency-Key: \x80\x81",
+        b"X-Anything: caf\xe9",
+    ],
+)
+async def test_headers_that_are_not_utf8_are_a_400(
+    guarded: TestClient[Any, Any], backend: RecordingBackend, header: bytes
+) -> None:
+    body = _raw(EVENT)
+    answer = await _raw_request(guarded, HEAD % len(body) + b"\r\n" + header, body)
+    status_line = answer.split(b"\r\n", 1)[0]
+    assert status_line.startswith(b"HTTP/1.1 400"), answer
+    assert backend.events == []
+    # and the gateway keeps serving
+    ok = await guarded.post("/v1/events", data=body, headers=AUTH)
+    assert ok.status == 202
+
+
+@pytest.mark.anyio
+async def test_provider_routes_get_the_same_header_check(
+    guarded: TestClient[Any, Any],
+) -> None:
+    head = (
+        b"POST /slack/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"X-Slack-Signature: v0=\xff\r\nContent-Length: 2"
+    )
+    answer = await _raw_request(guarded, head, b"{}")
+    assert answer.startswith(b"HTTP/1.1 400"), answer
