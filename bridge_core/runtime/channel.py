@@ -30,7 +30,7 @@ from bridge_core.provider import ChatProvider
 from bridge_core.runtime.agents import BUSY_NOTICE, Agent
 from bridge_core.runtime.metrics import GatewayMetrics
 from bridge_core.sending import ChannelSender
-from bridge_core.text import prepare
+from bridge_core.text import prepare, valid_text
 
 __all__ = ["ChannelRuntime", "LedgerLike", "NotifierLike", "split_reply"]
 
@@ -134,6 +134,9 @@ class ChannelRuntime:
         """Make ``text`` the durable reply to ``turn`` by ``member``: the ledger row, then the
         frame. Once this returns the reply survives a crash; ``deliver`` sends it."""
         assert self.ledger is not None
+        # An agent's text is a boundary too (ADR 0070): a lone surrogate or a NUL in it must not
+        # fail the ledger write (NUL on PostgreSQL only) or the channel's measuring of it.
+        text = valid_text(text)
         reply = Reply.answering(
             profile=self.profile,
             platform=self.platform,

@@ -78,10 +78,31 @@ from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
 from bridge_core.runtime.options import GatewayError, GatewayOptions, check_bind
 from bridge_core.runtime.placement import FleetBus, NotifierPlacement, wait_until
 from bridge_core.sending import Post, Priority
+from bridge_core.text import valid_text
 
 __all__ = ["Gateway", "GatewayError", "GatewayOptions", "check_bind"]
 
 log = logging.getLogger("bridge_core.runtime")
+
+
+def _valid_message(message: InboundMessage) -> InboundMessage:
+    """Every provider's inbound message with its text made valid (ADR 0070): a lone surrogate
+    or a NUL from a platform must not stop dedup, the conversation log or a ledger write."""
+    fields = ("message_id", "channel", "author", "text", "thread")
+    changed: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(message, name)
+        if isinstance(value, str) and (made := valid_text(value)) is not value:
+            changed[name] = made
+    if not changed:
+        return message
+    log.info(
+        "inbound message %s in %s: %s held a lone surrogate or NUL; kept with U+FFFD instead",
+        valid_text(str(message.message_id)),
+        valid_text(str(message.channel)),
+        ", ".join(changed),
+    )
+    return dataclasses.replace(message, **changed)
 
 
 def _idle_check(notifier: Notifier) -> Callable[[], bool]:
@@ -368,6 +389,7 @@ class Gateway:
         return await self._admit(profile, message)
 
     async def _admit(self, profile: str, message: InboundMessage) -> bool:
+        message = _valid_message(message)
         channel = self._by_platform.get((profile, message.channel))
         if channel is None or channel.log is None:
             log.debug("inbound message in %s/%s: no agent serves it", profile, message.channel)
