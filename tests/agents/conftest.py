@@ -202,3 +202,58 @@ async def turns_in_log(gateway: Gateway, channel: str = "ops") -> list[Turn]:
     log = gateway.channels[channel].log
     assert log is not None
     return [r for r in await log.read(after_seq=0, limit=100_000) if isinstance(r, Turn)]
+
+
+class GatewayThread:
+    """A gateway on its own asyncio loop in a thread, so the SDK under test can run on trio."""
+
+    def __init__(self, config: BridgeConfig, options: GatewayOptions = OPTIONS) -> None:
+        import threading
+
+        self.config = config
+        self.options = options
+        self.gateway: Gateway | None = None
+        self.url = ""
+        self._ready = threading.Event()
+        self._stop: anyio.Event | None = None
+        self._portal: Any = None
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self.error: BaseException | None = None
+
+    def _main(self) -> None:
+        from anyio.from_thread import start_blocking_portal
+
+        with start_blocking_portal("asyncio") as portal:
+            self._portal = portal
+            try:
+                future, self.gateway = portal.start_task(self._serve)
+                assert self.gateway is not None and self.gateway.url is not None
+                self.url = self.gateway.url.replace("http://", "ws://") + "/v1/agents"
+            except BaseException as error:
+                self.error = error
+                self._ready.set()
+                return
+            self._ready.set()
+            future.result()
+
+    async def _serve(self, *, task_status: Any) -> None:
+        self._stop = anyio.Event()
+        async with Gateway(self.config, options=self.options) as gateway:
+            task_status.started(gateway)
+            await self._stop.wait()
+
+    def start(self) -> GatewayThread:
+        self._thread.start()
+        self._ready.wait(30)
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` (async) on the gateway's loop and return its result."""
+        return self._portal.start_task_soon(fn, *args).result(30)
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._portal.call(self._stop.set)
+        self._thread.join(30)
