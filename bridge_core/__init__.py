@@ -2,9 +2,9 @@
 
 The vocabulary lives in ``bridge_core.provider`` (the provider contract, budgets, errors),
 ``bridge_core.events`` (fleet events), ``bridge_core.conversation`` (the conversation log) and
-``bridge_core.text`` (escaping and chunking); this module re-exports the names a plugin needs,
-so a provider plugin imports ``bridge_core`` (and ``bridge_core.testing`` in its tests) and
-nothing below it, as an llm plugin imports ``llm.hookimpl`` (a test in
+``bridge_core.text`` (escaping, chunking, making text valid); this module re-exports the names a
+plugin needs, so a provider plugin imports ``bridge_core`` (and ``bridge_core.testing`` in its
+tests) and nothing below it, as an llm plugin imports ``llm.hookimpl`` (a test in
 ``tests/foundation/test_import_boundaries.py`` holds every plugin in ``plugins/`` to that).
 """
 
@@ -38,7 +38,15 @@ from bridge_core.provider import (
     Unreachable,
     Window,
 )
-from bridge_core.text import chunk, measure, neutralise_mass_mentions, prepare
+from bridge_core.text import (
+    chunk,
+    find_invalid_text,
+    measure,
+    neutralise_mass_mentions,
+    prepare,
+    valid_json,
+    valid_text,
+)
 
 try:
     __version__ = version("bridge-core")
@@ -75,8 +83,11 @@ __all__ = [
     "Window",
     "__version__",
     "chunk",
+    "find_invalid_text",
     "hookimpl",
     "measure",
     "neutralise_mass_mentions",
     "prepare",
+    "valid_json",
+    "valid_text",
 ]

@@ -168,8 +168,10 @@ class FakeTeams(FakePlatform):
         issued_at: float | None = None,
         key: rsa.RSAPrivateKey | None = None,
         kid: str | None = None,
+        without: Sequence[str] = (),
     ) -> str:
-        """A JWT as the Bot Connector signs it for a request to a bot (without ``Bearer``)."""
+        """A JWT as the Bot Connector signs it for a request to a bot (without ``Bearer``);
+        ``without`` names claims to leave out, as a forged token would."""
         now = time.time() if issued_at is None else issued_at
         claims: dict[str, Any] = {
             "iss": issuer,
@@ -179,6 +181,8 @@ class FakeTeams(FakePlatform):
             "exp": int(now + lifetime),
             "serviceurl": service_url or self.service_url,
         }
+        for name in without:
+            claims.pop(name, None)
         return jwt.encode(
             claims,
             key or self.signing_key,

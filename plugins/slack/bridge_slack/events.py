@@ -14,25 +14,38 @@ other subtypes are acknowledged and ignored.
 
 When the core's sink fails, the answer is 500 so Slack retries (at least once delivery; the
 dedup absorbs the repeat); a body that is not an event is answered 400 with
-``X-Slack-No-Retry: 1``.
+``X-Slack-No-Retry: 1``, and so are headers Slack never sends (a timestamp or retry count that is
+not a whole number, a signature that is not ASCII) and a body that is not UTF-8: each with a short
+reason, never a traceback. A signed event whose text holds a lone surrogate or a NUL is taken with
+U+FFFD in their place and logged (ADR 0070): refused, it would be a poison message Slack retries
+forever.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from bridge_core import HttpRequest, HttpResponse, HttpRoute, InboundMessage, InboundSink
+from bridge_core import (
+    HttpRequest,
+    HttpResponse,
+    HttpRoute,
+    InboundMessage,
+    InboundSink,
+    find_invalid_text,
+    valid_json,
+)
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
 
-__all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents", "to_inbound"]
+__all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents", "made_valid", "to_inbound"]
 
 logger = logging.getLogger("bridge_slack.events")
 
@@ -41,6 +54,10 @@ USER_SUBTYPES = frozenset({None, "thread_broadcast", "file_share", "me_message"}
 IGNORED_SUBTYPES = frozenset({"bot_message", "message_changed", "message_deleted"})
 
 _HANDLED_EVENTS = frozenset({"message", "app_mention"})
+
+# Whole seconds since the epoch, as Slack sends them: int() alone would take Arabic-Indic or
+# fullwidth digits, " 17" or "1_7", and raise on "1531420618.0" or 5,000 digits.
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,15}")
 
 
 class _CallableClock(Clock):
@@ -86,6 +103,12 @@ class SlackEvents:
         return HttpRoute("POST", self._provider.settings.events_path, self.handle)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
+        malformed = _malformed(request)
+        if malformed is not None:
+            logger.warning(
+                "Slack profile %s: refused a request: %s", self._provider.profile, malformed
+            )
+            return _json(400, {"error": malformed}, {"X-Slack-No-Retry": "1"})
         if not self._verifier.is_valid_request(request.body, request.headers):
             logger.warning(
                 "Slack profile %s: refused an event with a missing, wrong or expired signature "
@@ -96,17 +119,23 @@ class SlackEvents:
             return _json(401, {"error": "invalid signature"})
         try:
             payload = json.loads(request.body)
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             return _json(400, {"error": "body is not JSON"}, {"X-Slack-No-Retry": "1"})
         if not isinstance(payload, dict):
             return _json(400, {"error": "body is not an object"}, {"X-Slack-No-Retry": "1"})
+        payload = made_valid(payload, profile=self._provider.profile)
+        retry_num = request.header("X-Slack-Retry-Num")
+        if retry_num is not None and not _WHOLE_NUMBER.fullmatch(retry_num):
+            return _json(
+                400, {"error": "X-Slack-Retry-Num is not a whole number"}, {"X-Slack-No-Retry": "1"}
+            )
         kind = payload.get("type")
         if kind == "url_verification":
             return _json(200, {"challenge": str(payload.get("challenge", ""))})
         if kind != "event_callback":
             return _json(200, {"ok": True, "ignored": str(kind)})
         await self._provider.learn_identity()
-        message = self.to_inbound(payload, request.header("X-Slack-Retry-Num"))
+        message = self.to_inbound(payload, retry_num)
         if message is None:
             return _json(200, {"ok": True, "ignored": "not a user message"})
         try:
@@ -123,13 +152,46 @@ class SlackEvents:
 
     def to_inbound(self, payload: dict[str, Any], retry_num: str | None) -> InboundMessage | None:
         """The user message in an ``event_callback`` payload, or ``None`` for anything else."""
-        retries = int(retry_num) if retry_num and retry_num.isdigit() else 0
+        retries = int(retry_num) if retry_num and _WHOLE_NUMBER.fullmatch(retry_num) else 0
         return to_inbound(
             payload,
             profile=self._provider.profile,
             own_ids=self._provider.own_ids(),
             retry_num=retries,
         )
+
+
+def _malformed(request: HttpRequest) -> str | None:
+    """Why a request cannot be from Slack before its signature is even checked (the SDK's check
+    would raise on it), or ``None``."""
+    timestamp = request.header("X-Slack-Request-Timestamp")
+    if timestamp is not None and not _WHOLE_NUMBER.fullmatch(timestamp):
+        return "X-Slack-Request-Timestamp is not whole seconds since the epoch"
+    signature = request.header("X-Slack-Signature")
+    if signature is not None and not signature.isascii():
+        return "X-Slack-Signature is not ASCII"
+    try:
+        request.body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "body is not UTF-8"
+    return None
+
+
+def made_valid(payload: dict[str, Any], *, profile: str) -> dict[str, Any]:
+    """``payload`` with every lone surrogate and NUL replaced by U+FFFD, logged when there was
+    one: Slack signed it, so it is taken, not refused (ADR 0070)."""
+    invalid = find_invalid_text(payload)
+    if invalid is None:
+        return payload
+    logger.warning(
+        "Slack profile %s: event %s: %s %s; taken with U+FFFD in its place",
+        profile,
+        valid_json(payload.get("event_id")),
+        invalid.field,
+        invalid.reason,
+    )
+    made: dict[str, Any] = valid_json(payload)
+    return made
 
 
 def to_inbound(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from bridge_core import ConnectionLost, InboundSink, TransportError
-from bridge_slack.events import to_inbound
+from bridge_slack.events import made_valid, to_inbound
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
@@ -75,7 +75,7 @@ class SlackSocketMode:
     async def _handle(self, socket: aiohttp.ClientWebSocketResponse, raw: str) -> bool:
         try:
             data: Any = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             logger.warning("Slack profile %s: a Socket Mode frame was not JSON", self._profile)
             return False
         if not isinstance(data, dict):
@@ -89,7 +89,7 @@ class SlackSocketMode:
         if kind == "events_api" and isinstance(data.get("payload"), dict):
             retries = data.get("retry_attempt")
             message = to_inbound(
-                data["payload"],
+                made_valid(data["payload"], profile=self._profile),
                 profile=self._profile,
                 own_ids=self._provider.own_ids(),
                 retry_num=retries if isinstance(retries, int) else 0,

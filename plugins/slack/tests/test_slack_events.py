@@ -229,3 +229,84 @@ async def test_a_body_that_is_not_an_event_is_refused_without_retry(
     assert response.headers["X-Slack-No-Retry"] == "1"
     other = await events.handle(signed(signing_secret, json.dumps({"type": "app_rate"}).encode()))
     assert other.status == 200
+
+
+# --------------------------------------------------------------------------- headers and text
+# Slack never sends these; answered with a short reason, never a 500 and a traceback.
+
+
+@pytest.mark.parametrize(
+    ("headers", "words"),
+    [
+        ({"X-Slack-Request-Timestamp": "abc"}, "Timestamp"),
+        ({"X-Slack-Request-Timestamp": "1531420618.0"}, "Timestamp"),
+        ({"X-Slack-Request-Timestamp": "\uff11\uff17"}, "Timestamp"),  # fullwidth: int() takes them
+        ({"X-Slack-Request-Timestamp": "9" * 5000}, "Timestamp"),
+        ({"X-Slack-Request-Timestamp": " 17"}, "Timestamp"),
+        ({"X-Slack-Request-Timestamp": ""}, "Timestamp"),
+        ({"X-Slack-Signature": "v0=é"}, "Signature"),
+    ],
+)
+async def test_headers_slack_never_sends_are_a_400_with_a_reason(
+    events: SlackEvents,
+    sink: Sink,
+    signing_secret: str,
+    headers: dict[str, str],
+    words: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = event_callback(message_event(channel=CHANNEL, text="hi"))
+    sent = {**signed_headers(signing_secret, body), **headers}
+    response = await events.handle(request(body, sent))
+    assert response.status == 400
+    assert words in data(response)["error"]
+    assert response.headers["X-Slack-No-Retry"] == "1"
+    assert "Traceback" not in caplog.text
+    assert sink.messages == []
+
+
+@pytest.mark.parametrize("retry", ["\u00b2", "1.0", "-1", "one", "\u0661"])
+async def test_a_retry_count_that_is_not_a_whole_number_is_a_400(
+    events: SlackEvents, sink: Sink, signing_secret: str, retry: str
+) -> None:
+    body = event_callback(message_event(channel=CHANNEL, text="hi"))
+    sent = {**signed_headers(signing_secret, body), "X-Slack-Retry-Num": retry}
+    response = await events.handle(request(body, sent))
+    assert response.status == 400
+    assert "Retry-Num" in data(response)["error"]
+    assert sink.messages == []
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe{}", b'{"a": "\xc3"}'])
+async def test_a_body_that_is_not_utf8_is_a_400(
+    events: SlackEvents, sink: Sink, signing_secret: str, body: bytes
+) -> None:
+    headers = signed_headers(signing_secret, b"")  # the body cannot be signed as text anyway
+    response = await events.handle(request(body, headers))
+    assert response.status == 400
+    assert "UTF-8" in data(response)["error"]
+
+
+async def test_nesting_too_deep_to_read_is_a_400(events: SlackEvents, signing_secret: str) -> None:
+    body = b"[" * 100_000 + b"]" * 100_000
+    response = await events.handle(signed(signing_secret, body))
+    assert response.status == 400
+
+
+@pytest.mark.parametrize("bad", ["x\ud800", "\udfff", "\udc00\ud800", "a\0b"])
+async def test_a_signed_event_with_text_that_cannot_be_carried_is_taken_made_valid(
+    events: SlackEvents,
+    sink: Sink,
+    signing_secret: str,
+    bad: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    event = message_event(channel=CHANNEL, text=f"hi {bad}", ts="1700000009.000100", user=bad)
+    body = event_callback(event)  # json.dumps writes \ud800 as an escape, as Slack would
+    response = await events.handle(signed(signing_secret, body))
+    assert response.status == 200
+    (message,) = sink.messages
+    for value in (message.text, message.author):
+        value.encode("utf-8")  # carried
+        assert "\0" not in value and "\ufffd" in value
+    assert "U+FFFD" in caplog.text

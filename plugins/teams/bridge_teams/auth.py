@@ -4,8 +4,9 @@ The Bot Connector signs every request to a bot's messaging endpoint with a JWT (
 are published at an OpenID metadata URL. A token is accepted when its signature verifies with a
 published key, its issuer is the Bot Framework's, its audience is our app id, it has not expired
 (five minutes of clock skew allowed, as the Bot Framework does), the key is endorsed for the
-activity's channel, and its ``serviceurl`` claim names the service URL the activity asks us to
-answer on (so a stolen token cannot redirect our replies).
+activity's channel, and its ``serviceurl`` claim is present and names the service URL the
+activity asks us to answer on (so a stolen token cannot redirect our replies): a token without
+the claim, or an activity without a ``serviceUrl``, is refused, as the Bot Connector's rules say.
 
 Keys are fetched with aiohttp and cached; an unknown key id triggers at most one refresh per
 ``min_refresh`` seconds. Signature checks are pure CPU and quick. Tests inject keys with
@@ -201,7 +202,11 @@ class TokenValidator:
             raise InvalidToken("token from an unexpected issuer") from None
         except jwt.InvalidTokenError as exc:
             raise InvalidToken(f"token rejected: {type(exc).__name__}") from None
+        # The Bot Connector's rule: the claim must be there and name the activity's serviceUrl,
+        # else a token lifted from one request could send our replies anywhere.
         claimed = claims.get("serviceurl")
-        if service_url and claimed and claimed.rstrip("/") != service_url.rstrip("/"):
-            raise InvalidToken("token's serviceurl does not match the activity's")
+        if not isinstance(claimed, str) or not claimed:
+            raise InvalidToken("token has no serviceurl claim")
+        if not service_url or claimed.rstrip("/") != service_url.rstrip("/"):
+            raise InvalidToken("token's serviceurl does not match the activity's serviceUrl")
         return claims

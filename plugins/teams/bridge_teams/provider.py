@@ -36,8 +36,10 @@ from bridge_core import (
     ProviderError,
     TransportError,
     Unreachable,
+    find_invalid_text,
     measure,
     neutralise_mass_mentions,
+    valid_json,
 )
 from bridge_teams.auth import (
     InvalidToken,
@@ -211,10 +213,22 @@ class TeamsProvider(ChatProvider):
         not_an_activity = _json_response(400, {"error": "the body is not a Bot Framework activity"})
         try:
             body = json.loads(request.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return not_an_activity
         if not isinstance(body, dict):
             return not_an_activity
+        invalid = find_invalid_text(body)
+        if invalid is not None:
+            # The connector signed it: refused, it would come back; taken with U+FFFD in place of
+            # what cannot be carried (a lone surrogate, a NUL), it is answered (ADR 0070).
+            _log.warning(
+                "Teams profile %r: activity %s: %s %s; taken with U+FFFD in its place",
+                self._profile,
+                valid_json(body.get("id")),
+                invalid.field,
+                invalid.reason,
+            )
+            body = valid_json(body)
         if not self._settings.insecure_skip_token_validation:
             # Checked on the raw JSON before the (costly) SDK deserialisation, so an
             # unauthenticated request costs a JSON parse and a signature check, no more.

@@ -93,6 +93,8 @@ async def test_valid_token_delivers_the_message(
         "other_issuer",
         "foreign_key",
         "other_service_url",
+        "no_service_url_claim",
+        "activity_without_service_url",
     ],
 )
 async def test_bad_tokens_are_refused(
@@ -114,7 +116,12 @@ async def test_bad_tokens_are_refused(
         "other_issuer": fake.channel_token(issuer="https://evil.example"),
         "foreign_key": fake.channel_token(key=foreign_key),
         "other_service_url": fake.channel_token(service_url="https://evil.example/"),
+        # The Bot Connector's rule: the claim must be there, and match the activity's serviceUrl.
+        "no_service_url_claim": fake.channel_token(without=["serviceurl"]),
+        "activity_without_service_url": fake.channel_token(),
     }
+    if forge == "activity_without_service_url":
+        del activity["serviceUrl"]
     sink = Sink()
     response = await deliver(provider, sink, request(activity, tokens[forge]))
     assert response.status == 401
@@ -255,3 +262,30 @@ async def test_signed_garbage_is_a_bad_request_and_unsigned_json_unauthorized(
     # The token is checked before the body is deserialised: unsigned JSON never gets that far.
     assert (await deliver(provider, sink, request(garbage, None))).status == 401
     assert sink.messages == []
+
+
+@pytest.mark.parametrize("bad", ["x\ud800", "\udfff", "\udc00\ud800", "a\0b"])
+async def test_a_signed_activity_with_text_that_cannot_be_carried_is_taken_made_valid(
+    fake: FakeTeams,
+    provider: TeamsProvider,
+    channel: str,
+    bad: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # refused, the connector would send it again; taken with U+FFFD, it is answered (ADR 0070)
+    activity = fake.message_activity(channel, f"hi {bad}", author_aad=f"aad{bad}")
+    activity["conversation"]["id"] = f"{channel}{bad}"
+    sink = Sink()
+    response = await deliver(provider, sink, request(activity, fake.channel_token()))
+    assert response.status == 200
+    (message,) = sink.messages
+    for value in (message.text, message.author, message.channel):
+        value.encode("utf-8")
+        assert "\0" not in value and "\ufffd" in value
+    assert "U+FFFD" in caplog.text
+
+
+async def test_nesting_too_deep_to_read_is_a_bad_request(provider: TeamsProvider) -> None:
+    body = b"[" * 100_000 + b"]" * 100_000
+    req = HttpRequest(method="POST", path="/api/teams/messages", headers={}, body=body)
+    assert (await deliver(provider, Sink(), req)).status == 400
