@@ -17,6 +17,11 @@ answer False until ``unblock``. Inbound, lines typed on standard input (or read 
 ``InboundMessage``\\ s; a line ``#other text`` goes to channel ``other``; a JSON object line
 ``{"id": ..., "text": ..., "channel"?, "author"?, "thread"?}`` carries its own message id.
 
+Text from the terminal, an inbound file or an agent is made valid before it is used (ADR 0070):
+undecodable bytes and lone surrogates become U+FFFD, and neither the terminal (``console_render``)
+nor the transcript (C1 controls and DEL written as ``\\u`` escapes) is sent a raw control
+character.
+
 The transcript is written synchronously: a flushed line to a local file takes microseconds, and
 handing it to a worker thread would let trio's autojump clock move virtual time under ``simulate``.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -55,7 +61,7 @@ from bridge_core.provider import (
     Unreachable,
 )
 from bridge_core.providers.console_render import ConsoleRenderer
-from bridge_core.text import neutralise_mass_mentions
+from bridge_core.text import neutralise_mass_mentions, valid_text
 
 __all__ = [
     "CONSOLE_CAPABILITIES",
@@ -126,7 +132,9 @@ class ConsoleSettings(BaseModel):
     as ``stores.ledger`` is. Not set: no transcript."""
     output: Literal["stdout", "stderr", "none"] = "stdout"
     """Where messages are drawn: ``stdout``, ``stderr``, or ``none`` (the transcript only). Move
-    them off standard output when something else is written there."""
+    them off standard output when something else is written there. Control characters in what is
+    drawn (an ``ESC]0;…`` title sequence, a colour code, C1 controls) are shown as visible symbols
+    such as ``␛``, never sent to the terminal."""
     width: int | None = Field(default=None, ge=20)
     """Columns to wrap messages at (20 or more). Not set: the terminal's width, or 80 when the
     output is not a terminal."""
@@ -284,14 +292,20 @@ class ConsoleProvider(ChatProvider):
         self._elapsed()
         if source in ("-", "stdin"):
             stream = self._stdin or sys.stdin
+            # Bytes decoded here, not by the stream: a terminal or pipe that sends a byte that is
+            # not UTF-8 must give a U+FFFD, not a UnicodeDecodeError that ends inbound.
+            raw = getattr(stream, "buffer", None)
+            read = raw.readline if raw is not None else stream.readline
             while True:
                 # abandon_on_cancel: a read blocked on a terminal must not hold up shutdown
-                line = await anyio.to_thread.run_sync(stream.readline, abandon_on_cancel=True)
+                line = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
                 if not line:
                     return
+                if isinstance(line, bytes):
+                    line = line.decode("utf-8", "replace")
                 await self._inbound_line(line, sink)
         try:
-            file = await anyio.open_file(source, encoding="utf-8")
+            file = await anyio.open_file(source, encoding="utf-8", errors="replace")
         except OSError as exc:
             raise Unreachable(
                 f"console inbound file {str(source)!r} cannot be read: {exc}"
@@ -349,7 +363,7 @@ class ConsoleProvider(ChatProvider):
                 data = json.loads(text)
                 message_id = str(data["id"])
                 text = str(data["text"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 data = None
             if isinstance(data, dict):
                 channel = str(data.get("channel") or channel)
@@ -360,12 +374,12 @@ class ConsoleProvider(ChatProvider):
             if target:
                 channel, text = target, rest
         message = InboundMessage(
-            message_id=message_id,
-            channel=channel,
-            author=author,
-            text=text,
+            message_id=valid_text(message_id),
+            channel=valid_text(channel),
+            author=valid_text(author),
+            text=valid_text(text),
             at=time.time(),
-            thread=thread,
+            thread=valid_text(thread) if thread is not None else None,
             platform="console",
             profile=self.profile,
         )
@@ -426,8 +440,15 @@ class ConsoleProvider(ChatProvider):
         }
         if failed_op is not None:
             line["failed_op"] = failed_op
-        self._transcript.write(json.dumps(line, ensure_ascii=False) + "\n")
+        record = valid_text(json.dumps(line, ensure_ascii=False))
+        # json.dumps escapes C0 controls but writes DEL and C1 raw: `cat` of the transcript must
+        # not send them to a terminal either.
+        record = _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", record)
+        self._transcript.write(record + "\n")
         self._transcript.flush()
+
+
+_RAW_CONTROLS = re.compile("[\x7f-\x9f]")
 
 
 def _open_transcript(path: Path) -> IO[str]:

@@ -2,7 +2,11 @@
 
 An edit reprints the message under its id (``✎ #run-3``) rather than redrawing a live view: the
 output stays a readable log when piped to a file, and interleaves cleanly with lines typed on
-standard input. Agent text is never read as rich markup (``[red]`` in a message stays literal).
+standard input. Agent text is never read as rich markup (``[red]`` in a message stays literal),
+and no control character in it reaches the terminal raw: an escape sequence such as
+``ESC]0;title BEL`` in a person's or an agent's text could retitle the window, move the cursor or
+hide what was printed, so C0 controls are drawn as their Unicode control pictures (``␛``), DEL as
+``␡`` and C1 controls as U+FFFD, keeping the line's length and its styles.
 """
 
 from __future__ import annotations
@@ -13,8 +17,23 @@ from rich.console import Console
 from rich.text import Text
 
 from bridge_core.provider import InboundMessage, MessageRef
+from bridge_core.text import valid_text
 
-__all__ = ["ConsoleRenderer"]
+__all__ = ["ConsoleRenderer", "visible"]
+
+# One visible character for each control a terminal would act on; newline and tab stay layout.
+_CONTROL_PICTURES = {
+    **{code: chr(0x2400 + code) for code in range(0x20) if chr(code) not in "\n\t"},
+    0x7F: "\u2421",
+    **{code: "\ufffd" for code in range(0x80, 0xA0)},
+}
+
+
+def visible(text: str) -> str:
+    """``text`` safe to write to a terminal: every control character but newline and tab shown as
+    one visible character, and a lone surrogate (which no terminal encoding takes) as U+FFFD."""
+    return valid_text(text.translate(_CONTROL_PICTURES))
+
 
 _HANG = " " * 10  # the width of the elapsed-time column
 
@@ -50,6 +69,8 @@ class ConsoleRenderer:
         line = Text()
         for part in parts:
             line.append(part if isinstance(part, Text) else Text(part))
+        # One character for one: the spans that colour the parts stay where they were.
+        line.plain = visible(line.plain)
         # A multi-line message keeps its later lines indented under the first, past the clock.
         self._console.print(Text("\n" + _HANG).join(line.split("\n")))
 

@@ -289,3 +289,81 @@ async def test_a_missing_inbound_file_is_unreachable(tmp_path: Path) -> None:
     provider = ConsoleProvider(ConsoleSettings(output="none", inbound=str(tmp_path / "nope")))
     with pytest.raises(Unreachable, match="cannot be read"):
         await _collect(provider)
+
+
+# ----------------------------------------------------------------------- what a terminal acts on
+
+ESCAPES = {
+    "OSC title": "\x1b]0;pwned\x07",
+    "OSC with ST": "\x1b]8;;http://evil\x1b\\",
+    "CSI clear": "\x1b[2J\x1b[H",
+    "CSI colour": "\x1b[31m",
+    "C1 CSI": "\x9b2J",
+    "C1 OSC": "\x9d0;pwned\x9c",
+    "carriage return": "hidden\roverwritten",
+    "backspace and DEL": "ab\x08\x08\x7f",
+    "bell, form feed, vertical tab, NUL": "\x07\x0c\x0b\x00",
+}
+RAW = (
+    {chr(c) for c in range(0x20) if chr(c) not in "\n"}
+    | {chr(0x7F)}
+    | {chr(c) for c in range(0x80, 0xA0)}
+)
+
+
+@pytest.mark.parametrize("escape", list(ESCAPES.values()), ids=list(ESCAPES))
+async def test_no_control_character_reaches_the_terminal_raw(escape: str) -> None:
+    out = io.StringIO()
+    provider = ConsoleProvider(
+        ConsoleSettings(width=200, color=False, inbound="-"),
+        output=out,
+        stdin=io.StringIO(f"person says {escape}\n"),
+    )
+    ref = await provider.post(f"ops{escape}", f"agent says {escape} done", thread=escape)
+    await provider.edit(ref, f"edited {escape}")
+    assert len(await _collect(provider)) == 1
+    shown = out.getvalue()
+    assert "agent says" in shown and "person says" in shown and "edited" in shown
+    assert not set(shown) & (RAW - {"\t"}), repr(shown)
+    assert "\ud800" not in shown
+
+
+async def test_transcript_lines_carry_no_raw_control_and_no_lone_surrogate(
+    tmp_path: Path,
+) -> None:
+    provider = quiet(tmp_path)
+    text = "c1 \x9b2J del \x7f esc \x1b]0;t\x07 lone \ud800 ok 🚀"
+    await provider.post("ops", text)
+    raw = (tmp_path / "t.jsonl").read_bytes().decode("utf-8")  # strict: it is UTF-8
+    assert not any(ch in raw for ch in RAW)
+    (line,) = transcript(tmp_path / "t.jsonl")
+    assert line["text"] == text.replace("\ud800", "\ufffd")
+
+
+async def test_inbound_bytes_that_are_not_utf8_become_replacement_characters(
+    tmp_path: Path,
+) -> None:
+    lines = (
+        b"caf\xe9 ok\n"
+        b'{"id": "m1", "text": "lone \\ud800 and NUL \\u0000", "author": "b\\udcff"}\n'
+        + b'{"id": "deep", "text": '
+        + b"[" * 100_000
+        + b"\n"
+        + b"last\n"
+    )
+    source = tmp_path / "typed.txt"
+    source.write_bytes(lines)
+    from_file = await _collect(ConsoleProvider(ConsoleSettings(output="none", inbound=str(source))))
+    stdin = io.TextIOWrapper(io.BytesIO(lines), encoding="utf-8")  # strict, as a terminal's is
+    from_stdin = await _collect(
+        ConsoleProvider(ConsoleSettings(output="none", inbound="-"), stdin=stdin)
+    )
+    for received in (from_file, from_stdin):
+        assert received[0].text == "caf\ufffd ok"
+        assert received[1].text == "lone \ufffd and NUL \ufffd"
+        assert received[1].author == "b\ufffd"
+        assert received[-1].text == "last"
+        for message in received:
+            for value in (message.text, message.author, message.message_id, message.channel):
+                value.encode("utf-8")
+                assert "\0" not in value
