@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge_core.errors import BridgeError
+from bridge_core.text import text_problem
 
 __all__ = [
     "CLIENT_TYPES",
@@ -128,21 +129,12 @@ def check_text(value: str, *, where: str) -> str:
     """``value`` if every stored backend can hold it; ``ProtocolError`` naming the first problem.
 
     JSON can carry lone surrogates (``"\\ud800"``) that no UTF-8 store can write, and NUL, which
-    PostgreSQL text refuses; both are rejected here rather than failing at the ledger.
+    PostgreSQL text refuses; both are refused here (``bridge_core.text.text_problem``, the rule
+    the HTTP API applies, ADR 0070) rather than failing at the ledger.
     """
-    for index, char in enumerate(value):
-        code = ord(char)
-        if 0xD800 <= code <= 0xDFFF:
-            raise ProtocolError(
-                "invalid",
-                f"{where}: a lone surrogate U+{code:04X} at index {index} is not text; "
-                "send valid Unicode",
-                field=where,
-            )
-        if code == 0:
-            raise ProtocolError(
-                "invalid", f"{where}: NUL (U+0000) at index {index}; remove it", field=where
-            )
+    problem = text_problem(value)
+    if problem is not None:
+        raise ProtocolError("invalid", f"{where}: {problem}", field=where)
     return value
 
 

@@ -42,7 +42,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from bridge_core.agent import protocol as p
+import bridge_core.agent.protocol as p
 from bridge_core.agent.ws import ConnectionClosed, HandshakeRefused, WebSocket, connect_websocket
 
 __all__ = ["AgentError", "Refused", "Rejected", "Session", "Turn", "TurnLost", "connect"]

@@ -42,7 +42,7 @@ import anyio
 from aiohttp import WSMsgType, web
 from anyio.abc import TaskGroup
 
-from bridge_core.agent import protocol as p
+import bridge_core.agent.protocol as p
 from bridge_core.conversation import Frame, Turn
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.ledger import Obligation
@@ -496,11 +496,14 @@ class AgentConnection:
         """Wait for the agent's answer and record it; the row to send, if any."""
         member = self.members[held.channel]
         while True:
-            await held.event.wait()
+            if held.answer is None:
+                if held.closed:
+                    return None  # closed without an answer: the turn stays pending
+                await held.event.wait()
+                held.event = anyio.Event()
+                continue
+            # an answer that arrived before the socket closed is recorded all the same
             answer, held.answer = held.answer, None
-            held.event = anyio.Event()
-            if held.closed or answer is None:
-                return None
             held.recording = True
             try:
                 if isinstance(answer, p.Reply):
@@ -543,13 +546,16 @@ class AgentConnection:
                 )
                 continue
             self.stats.answers_recorded += 1
-            await self._send(
-                p.Ack(
-                    recorded=answer.type,
-                    turn=turn_id,
-                    obligation=row.id if row is not None else None,
+            try:
+                await self._send(
+                    p.Ack(
+                        recorded=answer.type,
+                        turn=turn_id,
+                        obligation=row.id if row is not None else None,
+                    )
                 )
-            )
+            except _Closed:
+                pass  # recorded all the same: the reply is sent; only the ack is lost
             return row
 
     async def _on_answer(self, message: p.Reply | p.Busy | p.Decline | p.ClientError) -> None:

@@ -138,7 +138,7 @@ def test_the_parser_accepts_exactly_what_the_schema_accepts(data: dict[str, Any]
 
 @pytest.mark.parametrize(
     "text, problem",
-    [("a\x00b", "NUL"), ("a\ud800", "lone surrogate U+D800")],
+    [("a\x00b", "NUL"), ("a\ud800", "lone surrogate (U+D800)")],
 )
 def test_text_the_schema_cannot_express_is_refused_by_name(text: str, problem: str) -> None:
     frame = json.dumps({"type": "reply", "turn": "ops/1", "text": text})
