@@ -37,6 +37,7 @@ from bridge_core.provider import (
     TransportError,
     Unreachable,
     Window,
+    post_key,
 )
 from bridge_core.text import (
     chunk,
@@ -81,6 +82,7 @@ __all__ = [
     "TransportError",
     "Unreachable",
     "Window",
+    "post_key",
     "__version__",
     "chunk",
     "find_invalid_text",

@@ -25,7 +25,9 @@ about one message and ends only that message (ADR 0017).
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,6 +65,8 @@ __all__ = [
     "TransportError",
     "Unreachable",
     "Window",
+    "post_key",
+    "posting_with_key",
     "reading_for",
 ]
 
@@ -424,6 +428,33 @@ class KeyValueStore(Protocol):
     async def put(self, namespace: str, key: str, value: bytes) -> None: ...
 
     async def delete(self, namespace: str, key: str) -> None: ...
+
+
+# --------------------------------------------------------------------------- idempotent creates
+
+_POST_KEY: ContextVar[str | None] = ContextVar("bridge_core_post_key", default=None)
+
+
+def post_key() -> str | None:
+    """The idempotency key of the ``post`` being made, or ``None`` when the post has none.
+
+    The core sets it around ``ChatProvider.post`` for the parts of a ledger reply: one key per
+    obligation and part, the same on every resend of that part, in this process or the next.
+    A provider whose platform takes a client-chosen id for creates (Matrix's transaction id)
+    derives that id from it, so a resend after a crash returns the first message instead of
+    posting a second (ADR 0080).
+    """
+    return _POST_KEY.get()
+
+
+@contextmanager
+def posting_with_key(key: str | None) -> Iterator[None]:
+    """Make ``key`` the ``post_key()`` of the posts made inside the block (the sender's job)."""
+    token = _POST_KEY.set(key)
+    try:
+        yield
+    finally:
+        _POST_KEY.reset(token)
 
 
 # --------------------------------------------------------------------------- the contract

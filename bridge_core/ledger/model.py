@@ -207,6 +207,11 @@ class Delivery:
             await self.claim_on_begin()
 
     @property
+    def key(self) -> str:
+        """This part's idempotency key: the same on every send of it, in any process."""
+        return f"{self.obligation_id}:{self.part}"
+
+    @property
     def text(self) -> str:
         if self.marker is None:
             return self.body

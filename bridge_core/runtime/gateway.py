@@ -413,7 +413,7 @@ class Gateway:
                 f"no channel {delivery.channel!r} of profile {delivery.profile!r} is configured "
                 "in this gateway"
             )
-        op = Post(delivery.text, thread=delivery.thread, begin=delivery.begin)
+        op = Post(delivery.text, thread=delivery.thread, begin=delivery.begin, key=delivery.key)
         return await channel.sender.send(op, priority=Priority.TERMINAL)
 
     # ------------------------------------------------------------------ the API backend

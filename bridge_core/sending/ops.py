@@ -23,11 +23,15 @@ class Post:
     channel's queue, just before the budget is asked for its send (so at most one waiting post
     per channel has begun), and again on each later try (the next step after a wait for a
     token, a rate-limit retry), so it must be idempotent: the delivery ledger claims its reply
-    there. If it raises, nothing is sent and ``send()`` raises that error."""
+    there. If it raises, nothing is sent and ``send()`` raises that error.
+
+    ``key``, when given, is the post's idempotency key: the provider reads it as
+    ``bridge_core.provider.post_key()`` while it posts (ADR 0080)."""
 
     text: TextSource
     thread: str | None = None
     begin: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

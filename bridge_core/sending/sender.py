@@ -68,6 +68,7 @@ from bridge_core.provider import (
     SendBudget,
     TransportError,
     Unreachable,
+    posting_with_key,
 )
 from bridge_core.sending.containment import fresh_error, must_propagate
 from bridge_core.sending.health import ChannelHealth
@@ -472,7 +473,10 @@ class ChannelSender:
         try:
             if isinstance(op, Post):
                 self.stats.posts += 1
-                ref = await self.provider.post(self.channel, text, thread=op.thread or self.thread)
+                with posting_with_key(op.key):
+                    ref = await self.provider.post(
+                        self.channel, text, thread=op.thread or self.thread
+                    )
             else:
                 self.stats.edits += 1
                 self._last_write[op.ref.message_id] = now

@@ -1,0 +1,101 @@
+"""Reading the homeserver's answers as the core's error taxonomy.
+
+The client-server API answers errors with an HTTP status and ``{"errcode", "error"}``; the
+errcode is the more precise of the two, so it is read first and the status is the fallback::
+
+    M_LIMIT_EXCEEDED (429; retry_after_ms in the body, or Retry-After)   -> RateLimited
+    M_NOT_FOUND on an edit (the event is unknown), a redacted target      -> NotFound (repost)
+    M_FORBIDDEN (kicked, banned, not joined, no power), M_GUEST_ACCESS_FORBIDDEN,
+    M_RESOURCE_LIMIT_EXCEEDED (the server's user limit)                   -> Forbidden
+    M_UNKNOWN_TOKEN, M_MISSING_TOKEN, M_USER_DEACTIVATED, M_UNRECOGNIZED,
+    M_NOT_FOUND on a post (the room is gone), other 401/404              -> Unreachable
+    M_TOO_LARGE, M_BAD_JSON, M_NOT_JSON, M_INVALID_PARAM, other 400/413   -> MessageRejected
+    5xx, network errors, timeouts                                          -> TransportError
+
+A kick or ban reads as ``Forbidden``, not ``Unreachable``: a room admin can invite the bot back,
+and the core re-checks a forbidden channel every 5 minutes. ``M_UNKNOWN_TOKEN`` is permanent for
+this profile: the token was revoked or the device logged out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from bridge_core import (
+    Forbidden,
+    MessageRejected,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+
+__all__ = ["ERRCODE_TABLE", "Operation", "map_matrix_error", "retry_after_of"]
+
+Operation = Literal["post", "edit", "probe", "sync"]
+
+ERRCODE_TABLE: dict[str, tuple[type[ProviderError], str]] = {
+    "M_FORBIDDEN": (Forbidden, "the bot may not send there (kicked, banned, not joined)"),
+    "M_GUEST_ACCESS_FORBIDDEN": (Forbidden, "the room does not admit guests"),
+    "M_RESOURCE_LIMIT_EXCEEDED": (Forbidden, "the homeserver is over its user limit"),
+    "M_UNKNOWN_TOKEN": (Unreachable, "the access token is unknown or was revoked"),
+    "M_MISSING_TOKEN": (Unreachable, "no access token was sent"),
+    "M_USER_DEACTIVATED": (Unreachable, "the bot's account is deactivated"),
+    "M_UNRECOGNIZED": (Unreachable, "the homeserver does not know this endpoint"),
+    "M_TOO_LARGE": (MessageRejected, "the event is over the homeserver's size limit"),
+    "M_BAD_JSON": (MessageRejected, "the homeserver refused the event's JSON"),
+    "M_NOT_JSON": (MessageRejected, "the request body is not JSON"),
+    "M_INVALID_PARAM": (MessageRejected, "the homeserver refused a field of the event"),
+}
+
+_BODY_STATUSES = frozenset({400, 413, 422})
+
+
+def retry_after_of(status: int, headers: Any, body: Any) -> float | None:
+    """Seconds to wait from a 429: the body's ``retry_after_ms`` (the spec's, precise to the
+    millisecond), else the ``Retry-After`` header (seconds, MSC4041), else ``None``."""
+    if isinstance(body, dict):
+        milliseconds = body.get("retry_after_ms")
+        if isinstance(milliseconds, int | float) and not isinstance(milliseconds, bool):
+            return max(0.0, float(milliseconds) / 1000.0)
+    raw = headers.get("Retry-After") if headers is not None else None
+    if raw is not None:
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return None
+    return None
+
+
+def map_matrix_error(
+    status: int, body: Any, *, headers: Any = None, operation: Operation, where: str
+) -> ProviderError:
+    """The core error for the homeserver's answer ``status``/``body`` to ``where``.
+
+    Messages carry the status, the errcode and the server's own words, never the access token.
+    """
+    errcode = str(body.get("errcode", "")) if isinstance(body, dict) else ""
+    said = str(body.get("error", ""))[:200] if isinstance(body, dict) else ""
+    detail = f"HTTP {status}" + (f" {errcode}" if errcode else "") + (f": {said}" if said else "")
+    if status == 429 or errcode == "M_LIMIT_EXCEEDED":
+        return RateLimited(
+            f"the homeserver rate limited {where} ({detail})",
+            retry_after=retry_after_of(status, headers, body),
+        )
+    if errcode == "M_NOT_FOUND" or (status == 404 and not errcode):
+        if operation == "edit":
+            return NotFound(f"the homeserver has no event to edit in {where} ({detail})")
+        return Unreachable(f"the homeserver refused {where}: not found ({detail})")
+    if errcode in ERRCODE_TABLE:
+        kind, meaning = ERRCODE_TABLE[errcode]
+        return kind(f"the homeserver refused {where}: {meaning} ({detail})")
+    if status >= 500:
+        return TransportError(f"the homeserver failed {where} with a server error ({detail})")
+    if status == 403:
+        return Forbidden(f"the homeserver refused {where}: forbidden ({detail})")
+    if status == 401:
+        return Unreachable(f"the homeserver refused {where}: check access_token ({detail})")
+    if status in _BODY_STATUSES:
+        return MessageRejected(f"the homeserver refused the event in {where} ({detail})")
+    return Unreachable(f"the homeserver refused {where} ({detail}); resending will not help")

@@ -1,0 +1,345 @@
+"""The Matrix provider: posts, edits and threads over the client-server API, inbound by ``/sync``.
+
+Every create is ``PUT /rooms/{room}/send/m.room.message/{txnId}``. For a ledger reply the
+transaction id is derived from the core's ``post_key()`` (the obligation and the part), so the
+resend after a crash is recognised by the homeserver and answered with the first event's id
+instead of a second message, as long as the homeserver still holds the transaction (Synapse:
+per device, in memory, 30 to 60 minutes; ADR 0081). Other posts get a fresh random id.
+
+Mentions are made safe twice: every event carries an empty ``m.mentions`` (intentional mentions:
+clients and servers that implement them notify nobody), and ``escape`` breaks ``@room`` and the
+other mass pings in the body, for clients that still match text. No ``formatted_body`` is sent,
+so there is no HTML to neutralise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+from typing import Any
+
+import anyio
+import httpx
+
+from bridge_core import (
+    ChatProvider,
+    ConnectionLost,
+    Forbidden,
+    InboundSink,
+    KeyValueStore,
+    LengthUnit,
+    MessageRef,
+    MessageRejected,
+    NotFound,
+    ProviderError,
+    TransportError,
+    Unreachable,
+    post_key,
+)
+from bridge_core.text import measure, neutralise_mass_mentions
+from bridge_matrix.client import MatrixClient, MatrixResponse, event_size, quote, txn_id
+from bridge_matrix.errors import Operation, map_matrix_error
+from bridge_matrix.inbound import (
+    SYNC_FILTER,
+    SyncPosition,
+    inbound_from_event,
+    kicks_in,
+    timeline_events,
+)
+from bridge_matrix.settings import (
+    CAPABILITIES,
+    EVENT_BYTES,
+    MATRIX_BUDGET,
+    MAX_TEXT_BYTES,
+    MatrixSettings,
+)
+
+__all__ = [
+    "CAPABILITIES",
+    "ENVELOPE_BYTES",
+    "MATRIX_BUDGET",
+    "MAX_TEXT_BYTES",
+    "MatrixProvider",
+    "MatrixSettings",
+]
+
+log = logging.getLogger("bridge_matrix")
+
+ENVELOPE_BYTES = 4096
+"""Room kept for what the homeserver adds around the content (room and sender ids, auth and
+previous events, hashes, signatures) before the 65,536-byte event limit."""
+
+EDIT_FALLBACK_BYTES = 1000
+"""How much of the new text an edit repeats in its fallback ``body`` (shown only by clients that
+do not understand edits); the full text is in ``m.new_content``."""
+
+_ROOM_PING = re.compile(r"@(room)\b", re.IGNORECASE)
+
+
+def _first_sync_filter() -> dict[str, Any]:
+    """The filter of a first ``/sync`` (no position yet): no timeline, only the position.
+
+    Synapse answers a repeated identical ``/sync`` from a response cache for up to two minutes,
+    which would hand out a stale position (and replay what came after it); a presence type
+    no one sends, unique to this call, makes the request unlike any before it.
+    """
+    return {
+        "presence": {"types": [f"bridge.none.{secrets.token_hex(8)}"]},
+        "account_data": {"types": []},
+        "room": {"timeline": {"limit": 0}},
+    }
+
+
+def _clip(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` within ``limit`` UTF-8 bytes, never splitting a character."""
+    return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
+
+
+class MatrixProvider(ChatProvider):
+    """One Matrix bot account. The HTTP client is made on first use; ``aclose`` releases it."""
+
+    name = "matrix"
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self,
+        settings: MatrixSettings,
+        *,
+        profile: str,
+        kv: KeyValueStore | None = None,
+        api_base_url: str | None = None,
+    ) -> None:
+        self._settings = settings
+        self._profile = profile
+        self._base_url = (api_base_url or settings.homeserver_url).rstrip("/")
+        self._client: MatrixClient | None = None
+        self._position = SyncPosition(kv, user_id=settings.user_id, device_id=settings.device_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"MatrixProvider(profile={self._profile!r}, user_id={self._settings.user_id!r}, "
+            f"homeserver_url={self._base_url!r})"
+        )
+
+    # ------------------------------------------------------------------ calls
+
+    def _http(self) -> MatrixClient:
+        if self._client is None:
+            self._client = MatrixClient(
+                self._base_url,
+                self._settings.access_token.get_secret_value(),
+                timeout=self._settings.call_deadline,
+            )
+        return self._client
+
+    async def _call(
+        self,
+        operation: Operation,
+        where: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> MatrixResponse:
+        deadline = deadline or self._settings.call_deadline
+        failure: ProviderError
+        try:
+            with anyio.fail_after(deadline):
+                response = await self._http().request(
+                    method, path, body=body, params=params, read_timeout=deadline
+                )
+        except TimeoutError:
+            failure = TransportError(f"the homeserver did not answer {where} within {deadline:g} s")
+        except httpx.TimeoutException:
+            failure = TransportError(f"the homeserver did not answer {where} in time")
+        except httpx.HTTPError as exc:
+            failure = TransportError(f"network failure during {where}: {type(exc).__name__}")
+        else:
+            if response.ok and isinstance(response.body, dict):
+                return response
+            if response.ok:
+                failure = TransportError(f"the homeserver answered {where} with no JSON object")
+            else:
+                failure = map_matrix_error(
+                    response.status,
+                    response.body,
+                    headers=response.headers,
+                    operation=operation,
+                    where=where,
+                )
+        raise failure
+
+    @staticmethod
+    def _room(channel: str) -> str:
+        # Room ids start with "!"; since room version 12 they no longer name a server.
+        if not channel.startswith("!") or len(channel) < 2:
+            raise Unreachable(
+                f"channel {channel!r} is not a Matrix room id (!opaque); use the room's "
+                "id from its settings (Element: Settings, Advanced), not its alias"
+            )
+        return channel
+
+    def _check_size(self, text: str, content: dict[str, Any], where: str) -> None:
+        size = measure(text, LengthUnit.BYTES)
+        if size > MAX_TEXT_BYTES:
+            raise MessageRejected(
+                f"text for {where} is {size} UTF-8 bytes, over the {MAX_TEXT_BYTES} this provider "
+                "declares: chunk it with bridge_core.text.prepare before posting"
+            )
+        encoded = event_size(content) + ENVELOPE_BYTES
+        if encoded > EVENT_BYTES:
+            raise MessageRejected(
+                f"the event for {where} would be about {encoded} bytes of JSON, over the "
+                f"homeserver's {EVENT_BYTES} (the text has many characters JSON escapes)"
+            )
+
+    # ------------------------------------------------------------------ outbound
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        room = self._room(channel)
+        key = post_key()
+        where = f"post to room {room}" + (f" thread {thread}" if thread else "")
+        content: dict[str, Any] = {"msgtype": "m.text", "body": text, "m.mentions": {}}
+        if thread is not None:
+            content["m.relates_to"] = {
+                "rel_type": "m.thread",
+                "event_id": thread,
+                "is_falling_back": True,
+                "m.in_reply_to": {"event_id": thread},
+            }
+        self._check_size(text, content, where)
+        txn = txn_id(key) if key is not None else f"bridge-{secrets.token_hex(20)}"
+        path = f"/_matrix/client/v3/rooms/{quote(room)}/send/m.room.message/{txn}"
+        answer = await self._call("post", where, "PUT", path, body=content)
+        event_id = answer.body.get("event_id")
+        if not isinstance(event_id, str):
+            raise TransportError(f"the homeserver answered {where} without an event_id")
+        return MessageRef(channel=channel, message_id=event_id, thread=thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        room = self._room(ref.channel)
+        where = f"edit of event {ref.message_id} in room {room}"
+        # The homeserver accepts an edit of a redacted event, which no client shows: look first,
+        # so a redacted target reads as NotFound and the core posts a new message instead.
+        target = await self._call(
+            "edit",
+            where,
+            "GET",
+            f"/_matrix/client/v3/rooms/{quote(room)}/event/{quote(ref.message_id)}",
+        )
+        if target.body.get("unsigned", {}).get("redacted_because") or not target.body.get(
+            "content"
+        ):
+            raise NotFound(f"{where}: the event was redacted; post a new message")
+        if target.body.get("sender") != self._settings.user_id:
+            raise NotFound(f"{where}: the event was not sent by {self._settings.user_id}")
+        new_content = {"msgtype": "m.text", "body": text, "m.mentions": {}}
+        content: dict[str, Any] = {
+            "msgtype": "m.text",
+            "body": "* " + _clip(text, EDIT_FALLBACK_BYTES),
+            "m.mentions": {},
+            "m.new_content": new_content,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": ref.message_id},
+        }
+        self._check_size(text, content, where)
+        path = (
+            f"/_matrix/client/v3/rooms/{quote(room)}/send/m.room.message/"
+            f"bridge-edit-{secrets.token_hex(16)}"
+        )
+        await self._call("edit", where, "PUT", path, body=content)
+        return ref
+
+    async def probe(self, channel: str) -> bool | None:
+        """Whether the bot is joined to the room (its own membership state event)."""
+        room = self._room(channel)
+        path = (
+            f"/_matrix/client/v3/rooms/{quote(room)}/state/m.room.member/"
+            f"{quote(self._settings.user_id)}"
+        )
+        try:
+            answer = await self._call("probe", f"probe of room {room}", "GET", path)
+        except (Forbidden, NotFound, Unreachable):
+            return False
+        return bool(answer.body.get("membership") == "join")
+
+    def escape(self, text: str) -> str:
+        # m.mentions = {} already stops every notification on current clients; breaking the
+        # words as well keeps older clients (and copies of the text) harmless.
+        return _ROOM_PING.sub("@\u200b\\1", neutralise_mass_mentions(text))
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _sync(self, since: str | None, *, hold: float) -> dict[str, Any]:
+        params: dict[str, Any] = {"timeout": int(hold * 1000)}
+        if since is None:
+            params["filter"] = _json(_first_sync_filter())
+        else:
+            params["since"] = since
+            params["filter"] = _json(SYNC_FILTER)
+        try:
+            answer = await self._call(
+                "sync",
+                "/sync",
+                "GET",
+                "/_matrix/client/v3/sync",
+                params=params,
+                deadline=hold + self._settings.call_deadline,
+            )
+        except Unreachable:
+            raise
+        except ProviderError as exc:
+            raise ConnectionLost(f"Matrix /sync failed: {exc}") from None
+        if not isinstance(answer.body.get("next_batch"), str):
+            raise ConnectionLost("Matrix /sync answered without next_batch")
+        return dict(answer.body)
+
+    async def receive(self, sink: InboundSink) -> None:
+        """Hand people's room messages to ``sink`` until cancelled; raise ``ConnectionLost`` when
+        ``/sync`` fails (the core's watcher builds a new provider, which resumes from the stored
+        position) or ``Unreachable`` when the token is refused.
+
+        The position is stored only after every event of a batch reached the sink: a crash in
+        between replays that batch, and the core's dedup drops what it already had.
+        """
+        if not self._settings.inbound:
+            return
+        since = await self._position.load()
+        if since is None:
+            # First start of this account here: begin at "now"; history is not turns.
+            since = str((await self._sync(None, hold=0))["next_batch"])
+            await self._position.save(since)
+        own = self._settings.user_id
+        while True:
+            batch = await self._sync(since, hold=self._settings.sync_timeout)
+            for room_id, event in timeline_events(batch):
+                message = inbound_from_event(room_id, event, profile=self._profile, own_user_id=own)
+                # The bridge's own posts and other bots' notices are never user turns.
+                if message is not None and not message.author_is_bot:
+                    await sink(message)
+            for room_id, event in kicks_in(batch, own):
+                membership = event.get("content", {}).get("membership")
+                log.warning(
+                    "matrix profile %s: %s %s room %s (by %s); sends there now fail as Forbidden",
+                    self._profile,
+                    own,
+                    {"ban": "was banned from", "leave": "left or was kicked from"}.get(
+                        str(membership), f"has membership {membership!r} in"
+                    ),
+                    room_id,
+                    event.get("sender"),
+                )
+            since = str(batch["next_batch"])
+            await self._position.save(since)
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

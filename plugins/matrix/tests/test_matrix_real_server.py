@@ -1,0 +1,146 @@
+"""The provider against the real Synapse: the faults the homeserver produces itself, idempotent
+creates by transaction id, threads, mentions, probe. Counts and contents are read from the
+room's real history."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from bridge_matrix import MatrixProvider, MatrixSettings
+from bridge_matrix.testing import Synapse
+from bridge_matrix.testing.fixtures import People
+
+from bridge_core import (
+    Forbidden,
+    MessageRef,
+    MessageRejected,
+    NotFound,
+    RateLimited,
+    Unreachable,
+)
+from bridge_core.provider import posting_with_key
+
+pytestmark = pytest.mark.anyio
+
+Settings = Callable[..., MatrixSettings]
+
+
+async def test_a_real_429_is_raised_at_once_with_the_servers_retry_after(
+    synapse: Synapse, people: People, make_settings: Settings
+) -> None:
+    throttled = synapse.register()
+    room = synapse.create_room(people.person, invite=(throttled,))
+    synapse.override_ratelimit(throttled, per_second=1, burst=1)
+    async with MatrixProvider(make_settings(synapse.base_url, throttled), profile="t") as bot:
+        with pytest.raises(RateLimited) as caught:
+            for n in range(3):  # the join spent the burst already, or the first post does
+                await bot.post(room, f"message {n}")
+        started = time.monotonic()
+        with pytest.raises(RateLimited) as again:
+            await bot.post(room, "still too soon")
+        assert time.monotonic() - started < 1.0, "the provider slept on a 429"
+    for error in (caught.value, again.value):
+        assert error.retry_after is not None and 0 < error.retry_after <= 1.0
+        assert "M_LIMIT_EXCEEDED" in str(error)
+
+
+async def test_a_kicked_bot_reads_as_forbidden_and_probes_false(
+    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+) -> None:
+    ref = await provider.post(room, "before the kick")
+    assert await provider.probe(room) is True
+    synapse.kick(people.person, room, people.bot)
+    with pytest.raises(Forbidden, match="M_FORBIDDEN"):
+        await provider.post(room, "after the kick")
+    with pytest.raises(Forbidden):
+        await provider.edit(ref, "edited after the kick")
+    assert await provider.probe(room) is False
+
+
+async def test_editing_an_unknown_or_redacted_event_is_not_found(
+    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+) -> None:
+    with pytest.raises(NotFound):
+        await provider.edit(MessageRef(room, "$unknown-event-id"), "nothing to edit")
+    ref = await provider.post(room, "to be redacted")
+    synapse.redact(people.person, room, ref.message_id)
+    with pytest.raises(NotFound, match="redacted"):
+        await provider.edit(ref, "edit of a redacted event")
+    someone_else = MessageRef(room, synapse.send_text(people.person, room, "a person's words"))
+    with pytest.raises(NotFound, match="not sent by"):
+        await provider.edit(someone_else, "not ours to edit")
+    edits = [
+        e
+        for e in synapse.history(people.person, room)
+        if e.get("content", {}).get("m.relates_to", {}).get("rel_type") == "m.replace"
+    ]
+    assert edits == [], "no edit may reach the room for a missing, redacted or foreign target"
+
+
+async def test_a_revoked_token_is_unreachable(
+    synapse: Synapse, people: People, make_settings: Settings, room: str
+) -> None:
+    settings = make_settings(synapse.base_url, people.bot, access_token="syt_not_a_real_token")
+    async with MatrixProvider(settings, profile="t") as bot:
+        with pytest.raises(Unreachable, match="M_UNKNOWN_TOKEN"):
+            await bot.post(room, "with a bad token")
+
+
+async def test_text_json_would_inflate_past_the_event_limit_is_refused_unsent(
+    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+) -> None:
+    before = len(synapse.history(people.person, room))
+    with pytest.raises(MessageRejected, match="bytes of JSON"):
+        await provider.post(room, "\x01" * 20_000)  # 20,000 bytes, 120,000 as JSON escapes
+    assert len(synapse.history(people.person, room)) == before
+
+
+async def test_a_resend_with_the_same_key_returns_the_first_event(
+    synapse: Synapse, people: People, make_settings: Settings, room: str
+) -> None:
+    settings = make_settings(synapse.base_url, people.bot)
+    with posting_with_key("obligation-1:0"):
+        async with MatrixProvider(settings, profile="t") as first:
+            ref = await first.post(room, "the reply")
+        # A new process would build a new provider: same token, same device, same key.
+        async with MatrixProvider(settings, profile="t") as second:
+            again = await second.post(room, "[resent after a crash]\nthe reply")
+    with posting_with_key("obligation-1:1"):
+        async with MatrixProvider(settings, profile="t") as third:
+            part_two = await third.post(room, "the reply, part two")
+    assert again.message_id == ref.message_id
+    assert part_two.message_id != ref.message_id
+    bodies = [
+        e["content"]["body"] for e in synapse.messages_by(people.person, room, settings.user_id)
+    ]
+    assert bodies == ["the reply", "the reply, part two"]
+
+
+async def test_without_a_key_every_post_is_a_new_message(
+    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+) -> None:
+    one = await provider.post(room, "same words")
+    two = await provider.post(room, "same words")
+    assert one.message_id != two.message_id
+
+
+async def test_threads_edits_and_mentions_as_the_homeserver_stores_them(
+    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+) -> None:
+    root = await provider.post(room, provider.escape("status for @room and @alice:bridge.test"))
+    reply = await provider.post(room, "in the thread", thread=root.message_id)
+    await provider.edit(root, provider.escape("final: @room, see thread"))
+    events = {e["event_id"]: e for e in synapse.history(people.person, room)}
+    threaded = events[reply.message_id]["content"]["m.relates_to"]
+    assert threaded["rel_type"] == "m.thread" and threaded["event_id"] == root.message_id
+    for event in events.values():
+        if event.get("sender") != people.bot.user_id or event["type"] != "m.room.message":
+            continue
+        content = event["content"]
+        assert content["m.mentions"] == {}, "every event must say it mentions no one"
+        assert "@room" not in content["body"]
+        assert "formatted_body" not in content
+    current = synapse.messages_by(people.person, room, people.bot.user_id)
+    assert current[0]["content"]["body"] == "final: @\u200broom, see thread"
