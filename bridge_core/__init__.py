@@ -38,6 +38,7 @@ from bridge_core.provider import (
     Unreachable,
     Window,
     post_key,
+    posting_with_key,
 )
 from bridge_core.text import (
     chunk,
@@ -83,6 +84,7 @@ __all__ = [
     "Unreachable",
     "Window",
     "post_key",
+    "posting_with_key",
     "__version__",
     "chunk",
     "find_invalid_text",

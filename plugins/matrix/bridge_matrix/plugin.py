@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core import ProviderContext, ProviderType, hookimpl
 from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MatrixSettings
 
 if TYPE_CHECKING:

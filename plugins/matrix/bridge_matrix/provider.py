@@ -36,9 +36,10 @@ from bridge_core import (
     ProviderError,
     TransportError,
     Unreachable,
+    measure,
+    neutralise_mass_mentions,
     post_key,
 )
-from bridge_core.text import measure, neutralise_mass_mentions
 from bridge_matrix.client import MatrixClient, MatrixResponse, event_size, quote, txn_id
 from bridge_matrix.errors import Operation, map_matrix_error
 from bridge_matrix.inbound import (
@@ -313,6 +314,7 @@ class MatrixProvider(ChatProvider):
             since = str((await self._sync(None, hold=0))["next_batch"])
             await self._position.save(since)
         own = self._settings.user_id
+        log.info("matrix profile %s: receiving by /sync as %s", self._profile, own)
         while True:
             batch = await self._sync(since, hold=self._settings.sync_timeout)
             for room_id, event in timeline_events(batch):

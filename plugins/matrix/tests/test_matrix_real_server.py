@@ -19,8 +19,8 @@ from bridge_core import (
     NotFound,
     RateLimited,
     Unreachable,
+    posting_with_key,
 )
-from bridge_core.provider import posting_with_key
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bridge_core.testing.services import service_unavailable
+from bridge_core.testing import services
 from bridge_matrix.testing.synapse import (
     MatrixUser,
     Synapse,
@@ -56,11 +56,11 @@ class People:
 def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
     """A running Synapse on a free loopback port, SQLite in a temp folder, stopped at the end."""
     if not synapse_installed():
-        service_unavailable("Synapse (pip install 'bridge-matrix[test]')")
+        services.service_unavailable("Synapse (pip install 'bridge-matrix[test]')")
     try:
         server = start_synapse(tmp_path_factory.mktemp("synapse"))
     except SynapseError as exc:
-        service_unavailable(f"a startable Synapse ({exc})")
+        services.service_unavailable(f"a startable Synapse ({exc})")
         raise  # service_unavailable skips or fails; this is never reached
     try:
         yield server

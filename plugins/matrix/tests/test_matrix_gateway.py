@@ -1,0 +1,127 @@
+"""A real ``chatbridge run`` answering a person's messages that arrive by ``/sync`` from the real
+Synapse, restarted, and killed with SIGKILL mid-delivery; replies are counted in the room's real
+history."""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bridge_matrix.testing import MatrixUser, Synapse
+from bridge_matrix.testing.fixtures import People
+from bridge_matrix.testing.gateway import GatewayProcess, matrix_config, wait_for
+
+ECHO = re.compile(r"echo: (msg-\d+)\b")
+
+
+@pytest.fixture
+def gateways() -> Iterator[list[GatewayProcess]]:
+    started: list[GatewayProcess] = []
+    yield started
+    for gateway in started:
+        if gateway.running:
+            assert gateway.process is not None
+            gateway.process.kill()
+            gateway.process.wait()
+
+
+def answers(synapse: Synapse, people: People, room: str, bot: MatrixUser) -> Counter[str]:
+    """How many replies each ``msg-N`` has in the room's history."""
+    counts: Counter[str] = Counter()
+    for message in synapse.messages_by(people.person, room, bot.user_id):
+        found = ECHO.search(message["content"]["body"])
+        if found:
+            counts[found.group(1)] += 1
+    return counts
+
+
+def fresh_bot(synapse: Synapse, people: People, *, per_second: int) -> tuple[MatrixUser, str]:
+    bot = synapse.register()
+    room = synapse.create_room(people.person, invite=(bot,))
+    synapse.override_ratelimit(bot, per_second=per_second, burst=10)
+    return bot, room
+
+
+def test_chatbridge_run_answers_what_arrives_by_sync_and_resumes_after_a_restart(
+    tmp_path: Path, synapse: Synapse, people: People, gateways: list[GatewayProcess]
+) -> None:
+    bot, room = fresh_bot(synapse, people, per_second=10)
+    synapse.send_text(people.person, room, "msg-0 before the gateway ever ran")
+    config = matrix_config(
+        tmp_path / "bridge.toml",
+        homeserver_url=synapse.base_url,
+        bot=bot,
+        room=room,
+        ledger=str(tmp_path / "bridge.sqlite3"),
+    )
+    gateway = GatewayProcess(config, tmp_path, token=bot.access_token)
+    gateways.append(gateway.start())
+    gateway.wait_until_receiving()
+    synapse.send_text(people.person, room, "msg-1 hello")
+    wait_for(
+        lambda: answers(synapse, people, room, bot)["msg-1"], timeout=20, what="msg-1's answer"
+    )
+    assert gateway.stop() == 0
+    synapse.send_text(people.person, room, "msg-2 while the gateway was down")
+    gateway.start()
+    wait_for(
+        lambda: answers(synapse, people, room, bot)["msg-2"], timeout=20, what="msg-2's answer"
+    )
+    synapse.send_text(people.person, room, "msg-3 after the restart")
+    wait_for(
+        lambda: answers(synapse, people, room, bot)["msg-3"], timeout=20, what="msg-3's answer"
+    )
+    assert gateway.stop() == 0
+    # History from before the first start is not a turn; nothing is answered twice.
+    assert answers(synapse, people, room, bot) == {"msg-1": 1, "msg-2": 1, "msg-3": 1}
+
+
+def test_sigkill_mid_delivery_loses_and_duplicates_nothing(
+    tmp_path: Path, synapse: Synapse, people: People, gateways: list[GatewayProcess]
+) -> None:
+    """A stream of messages is answered while the gateway is SIGKILLed again and again,
+    mostly with replies claimed and waiting for the homeserver's rate limit or in flight."""
+    rng = random.Random(16)
+    bot, room = fresh_bot(synapse, people, per_second=4)
+    config = matrix_config(
+        tmp_path / "bridge.toml",
+        homeserver_url=synapse.base_url,
+        bot=bot,
+        room=room,
+        ledger=str(tmp_path / "bridge.sqlite3"),
+        budget="{ burst = 3, per_second = 4.0 }",
+    )
+    gateway = GatewayProcess(config, tmp_path, token=bot.access_token)
+    gateways.append(gateway)
+    total, kills, sent = 30, 6, 0
+    for _ in range(kills):
+        gateway.start().wait_until_receiving()
+        for _ in range(5):
+            synapse.send_text(people.person, room, f"msg-{sent} please answer")
+            sent += 1
+        # Kill once some of this run's answers went out and others are still queued.
+        target = sum(answers(synapse, people, room, bot).values()) + rng.randint(1, 3)
+        wait_for(
+            lambda t=target: sum(answers(synapse, people, room, bot).values()) >= t,  # type: ignore[misc]
+            timeout=20,
+            what=f"{target} answers",
+        )
+        gateway.kill()
+    assert sent == total
+    gateway.start()
+    wait_for(
+        lambda: len(answers(synapse, people, room, bot)) == total,
+        timeout=40,
+        what="every message answered",
+    )
+    gateway.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    gateway.process.wait(20)  # type: ignore[union-attr]
+    counts = answers(synapse, people, room, bot)
+    lost = [f"msg-{n}" for n in range(total) if counts[f"msg-{n}"] == 0]
+    duplicated = {name: n for name, n in counts.items() if n > 1}
+    assert lost == [] and duplicated == {}, f"lost {lost}, duplicated {duplicated}"
