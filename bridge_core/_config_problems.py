@@ -15,7 +15,7 @@ from typing import Any, Union
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
-__all__ = ["ConfigProblem", "problems_from"]
+__all__ = ["ConfigProblem", "masked_url", "problems_from"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,14 @@ class ConfigProblem:
 
 # Never echo the value of a key that looks like it holds a secret pasted in by mistake.
 _SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)
+
+_URL_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)([^@/]+)(@)", re.IGNORECASE)
+
+
+def masked_url(value: str) -> str:
+    """``value`` with the password of a ``scheme://user:password@host`` URL shown as ``***``:
+    wherever a URL is shown (an error, ``chatbridge check``), never its password."""
+    return _URL_PASSWORD.sub(r"\1***\3", value)
 
 
 def problems_from(
@@ -61,6 +69,8 @@ def problems_from(
             value = error.get("input")
             shown = not hide_input and not _SECRET_KEY.search(key)
             if shown and value is not None and not isinstance(value, (dict, list, SecretStr)):
+                if isinstance(value, str):
+                    value = masked_url(value)
                 if repr(value) not in message:
                     message += f" (got {value!r})"
         problems.append(ConfigProblem(key, message))

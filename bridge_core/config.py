@@ -55,11 +55,13 @@ from bridge_core._config_budget import (
     WindowSpec,
     resolve_budget,
 )
-from bridge_core._config_problems import ConfigProblem, problems_from
+from bridge_core._config_problems import ConfigProblem, masked_url, problems_from
+from bridge_core._config_values import input_problems, paths_beside
 from bridge_core.errors import BridgeError
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.hookspecs import ProviderType
 from bridge_core.provider import SendBudget
+from bridge_core.text import text_problem
 
 if typing.TYPE_CHECKING:
     from bridge_core.plugins import ProviderRegistry
@@ -83,6 +85,7 @@ __all__ = [
     "known_event_kinds",
     "load_config",
     "masked",
+    "masked_url",
     "parse_config",
     "resolve_budget",
 ]
@@ -136,6 +139,11 @@ def _resolve_env_refs(
                 problems.append(
                     ConfigProblem(key, f"environment variable {name} is not set (export it)")
                 )
+                return Secret("", source=name)
+            # Bytes that are not UTF-8 reach os.environ as lone surrogates (ADR 0070).
+            problem = text_problem(value)
+            if problem is not None:
+                problems.append(ConfigProblem(key, f"environment variable {name} {problem}"))
                 return Secret("", source=name)
             return Secret(value, source=name)
         return {
@@ -264,14 +272,17 @@ class StoresConfig(StrictModel):
 
     ledger: str = "bridge.sqlite3"
     """Where the delivery ledger lives: a SQLite file, or a ``postgresql://`` URL for gateways on
-    several hosts. A relative path is relative to the config file's folder. With ``membership =
-    "embedded"`` the SQLite file also holds the conversation logs and the inbound dedup records
-    (beside a PostgreSQL ledger those go to ``bridge-log.sqlite3`` in the config file's folder)."""
+    several hosts; a URL with a password may be given as ``{ env = "NAME" }``, and its password is
+    shown as ``***`` wherever the URL is. A relative path is relative to the config file's folder.
+    With ``membership = "embedded"`` the SQLite file also holds the conversation logs and the
+    inbound dedup records (beside a PostgreSQL ledger those go to ``bridge-log.sqlite3`` in the
+    config file's folder)."""
     membership: str = "embedded"
     """Where the agent groups' conversation logs and membership live: ``embedded`` for one gateway
-    process, or a ``redis://`` (``rediss://``, ``unix://``) URL to run several gateways as one. With
-    Redis, gateways also share fleet events and each channel's send budget, and one live gateway is
-    chosen to notify each channel."""
+    process, or a ``redis://`` (``rediss://``, ``unix://``) URL to run several gateways as one (as
+    ``{ env = "NAME" }`` when it holds a password, shown as ``***``). With Redis, gateways also
+    share fleet events and each channel's send budget, and one live gateway is chosen to notify
+    each channel."""
     delivery_ledger: bool = True
     """Record each reply durably before it is sent, so a crash or an outage delays a reply but never
     loses it. ``false`` sends each reply once, unrecorded: a failed send is not retried, a crash
@@ -279,11 +290,19 @@ class StoresConfig(StrictModel):
     state (Teams conversation references) lasts only as long as the process. Turn it off only where
     a duplicate is worse than a lost reply (ADR 0024)."""
 
+    @field_validator("ledger", "membership", mode="before")
+    @classmethod
+    def _from_env(cls, value: Any) -> Any:
+        # A URL with a password is a secret: it may come from { env = "..." } like a token.
+        return value.get_secret_value() if isinstance(value, SecretStr) else value
+
     @field_validator("ledger")
     @classmethod
     def _ledger(cls, value: str) -> str:
         if "://" in value and not value.startswith(_LEDGER_SCHEMES):
-            raise ValueError(f"expected a file path or a postgresql:// URL, got {value!r}")
+            raise ValueError(
+                f"expected a file path or a postgresql:// URL, got {masked_url(value)!r}"
+            )
         if not value:
             raise ValueError("expected a file path or a postgresql:// URL, got an empty string")
         return value
@@ -292,7 +311,7 @@ class StoresConfig(StrictModel):
     @classmethod
     def _membership(cls, value: str) -> str:
         if value != "embedded" and not value.startswith(_MEMBERSHIP_SCHEMES):
-            raise ValueError(f'expected "embedded" or a redis:// URL, got {value!r}')
+            raise ValueError(f'expected "embedded" or a redis:// URL, got {masked_url(value)!r}')
         return value
 
     @property
@@ -402,6 +421,10 @@ def load_config(
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(file, [ConfigProblem("", f"is not valid TOML: {exc}")]) from None
+    except RecursionError:  # tomllib recurses per level: a few hundred nested arrays end it
+        raise ConfigError(
+            file, [ConfigProblem("", "is nested too deeply to read; a config needs a handful")]
+        ) from None
     return parse_config(data, path=file, providers=providers, environ=environ)
 
 
@@ -413,7 +436,9 @@ def parse_config(
     environ: Mapping[str, str] | None = None,
 ) -> BridgeConfig:
     """Validate already-parsed TOML data (what ``load_config`` does after reading the file)."""
-    problems: list[ConfigProblem] = []
+    problems = input_problems(data)
+    if problems:
+        raise ConfigError(path, problems)
     resolved = _resolve_env_refs(
         dict(data), os.environ if environ is None else environ, "", problems
     )
@@ -506,7 +531,7 @@ def _resolve_profiles(
             )
             continue
         if config.path is not None:
-            settings = _paths_beside(settings, config.path.parent)
+            settings = paths_beside(settings, config.path.parent)
         own_budget = getattr(settings, "budget", None)
         default = provider_type.budget
         if isinstance(own_budget, (str, BudgetNumbers)):
@@ -520,40 +545,9 @@ def _resolve_profiles(
         )
 
 
-def _paths_beside(value: Any, folder: Path) -> Any:
-    """``value`` with each relative ``Path`` in it, at any depth of models, lists, tuples and
-    dicts, made relative to ``folder`` (the config file's); everything else is kept as it is.
-
-    A provider's settings are read like ``stores.ledger``: a path in the file means the same
-    file whatever folder the gateway is started from (ADR 0063). Only values pydantic produced as
-    ``Path`` are touched, so a setting typed ``str`` is never mistaken for one.
-    """
-    if isinstance(value, Path):
-        return value if value.is_absolute() else folder / value
-    if isinstance(value, BaseModel):
-        changed = {}
-        for name in type(value).model_fields:
-            current = getattr(value, name)
-            resolved = _paths_beside(current, folder)
-            if resolved is not current:
-                changed[name] = resolved
-        # model_copy, not a new validation: the values were validated, and a frozen model stays so.
-        return value.model_copy(update=changed) if changed else value
-    if isinstance(value, (list, tuple)):
-        items = [_paths_beside(item, folder) for item in value]
-        if all(new is old for new, old in zip(items, value, strict=True)):
-            return value
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        entries = {key: _paths_beside(item, folder) for key, item in value.items()}
-        if all(entries[key] is item for key, item in value.items()):
-            return value
-        return entries
-    return value
-
-
 def masked(value: Any) -> Any:
-    """A JSON-ready copy of a config value with every secret replaced by where it comes from."""
+    """A JSON-ready copy of a config value with every secret replaced by where it comes from,
+    and the password of every URL in it shown as ``***``."""
     if isinstance(value, Secret):
         return value.describe()
     if isinstance(value, SecretStr):
@@ -572,6 +566,8 @@ def masked(value: Any) -> Any:
         return [masked(v) for v in value]
     if isinstance(value, Path):
         return str(value)
+    if isinstance(value, str):
+        return masked_url(value)
     if hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
         return value.value  # enums
     return value

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from bridge_core.commands import config_option, load_cli_config
 from bridge_core.commands.providers import describe_budget
-from bridge_core.config import BridgeConfig, masked
+from bridge_core.config import BridgeConfig, masked, masked_url
 
 __all__ = ["command", "resolved_view"]
 
@@ -78,7 +78,7 @@ def command(config_path: Path | None, as_json: bool) -> None:
     console.print(channels)
     stores = config.stores
     console.print(
-        f"stores: ledger {stores.ledger}, membership {stores.membership}, "
+        f"stores: ledger {masked_url(stores.ledger)}, membership {masked_url(stores.membership)}, "
         f"delivery ledger {'on' if stores.delivery_ledger else 'off'}"
     )
     token = "token set" if config.api.token is not None else "no token"

@@ -10,6 +10,7 @@ import click
 
 from bridge_core.commands import config_option, load_cli_config
 from bridge_core.ledger import LedgerError, Schedule
+from bridge_core.ownership import LogUnavailable
 from bridge_core.runtime.agents import AgentLoadError
 from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
 from bridge_core.runtime.logs import configure_logging
@@ -99,7 +100,7 @@ def command(
                 f'--events - and profile {readers[0]!r} (inbound = "-") would both read '
                 "standard input; give one of them a file instead"
             )
-    configure_logging(
+    redactor = configure_logging(
         fmt="json" if log_format == "json" else "text",
         level=log_level.upper(),
         secrets=config_secrets(config),
@@ -122,22 +123,28 @@ def command(
     try:
         gateway = Gateway(config, options=options)
         anyio.run(lambda: serve(gateway, events=events, ready_file=ready_file), backend="asyncio")
-    except (GatewayError, AgentLoadError, LedgerError) as exc:
+    except _STARTUP_ERRORS as exc:
         logging.getLogger("bridge_core.runtime").error("%s", exc)
-        raise click.ClickException(str(exc)) from exc
+        # printed by click, past the log handler: a store URL's password must not ride along
+        raise click.ClickException(redactor.redact(str(exc))) from exc
     except BaseExceptionGroup as group:
         found = _startup_error(group)
         if found is None:
             raise
         logging.getLogger("bridge_core.runtime").error("%s", found)
-        raise click.ClickException(str(found)) from found
+        raise click.ClickException(redactor.redact(str(found))) from found
     exit_process(0)
+
+
+# What a gateway that cannot start raises: shown as one plain line, never a traceback (an
+# unreachable Redis or PostgreSQL included).
+_STARTUP_ERRORS = (GatewayError, AgentLoadError, LedgerError, LogUnavailable)
 
 
 def _startup_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
     """A configuration problem raised inside the gateway's task groups, to show plainly."""
     for error in group.exceptions:
-        if isinstance(error, (GatewayError, AgentLoadError, LedgerError)):
+        if isinstance(error, _STARTUP_ERRORS):
             return error
         if isinstance(error, BaseExceptionGroup):
             found = _startup_error(error)

@@ -190,8 +190,10 @@ def _read_config(path: Path | None) -> SimulateConfig:
         return SimulateConfig()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise click.ClickException(f"{path}: cannot read the config: {exc}") from None
+    except RecursionError:
+        raise click.ClickException(f"{path}: nested too deeply to read") from None
     notify = data.get("notify")
     if isinstance(notify, dict):  # kinds and workspaces may sit in [notify] too
         for key in ("kinds", "workspaces"):
