@@ -13,8 +13,12 @@ One JSON object per line::
     {"t": 40, "fault": "not_found"}
     {"t": 50, "fault": "forbidden"}
 
-``t`` is seconds from the start and never goes back; a fault makes the next send at or after
-``t`` fail with that error. The optional ``--config`` TOML file holds::
+``t`` is seconds from the start, never goes back and stays within ``HORIZON`` (30 days: a longer
+replay takes minutes per month of virtual time, and ``1e308`` would never end); a fault makes the
+next send at or after ``t`` fail with that error. The log is streamed, never held whole: one pass
+checks every line (a bad one is refused with its line number before anything runs: not UTF-8,
+not JSON, nested too deeply, longer than ``MAX_LINE_BYTES``, a bad event or ``t``), a second
+replays it. The optional ``--config`` TOML file holds::
 
     budget = "teams"            # or a table: { burst = 7, per_hour = 1800 }
     edit = false                # pretend the platform cannot edit
@@ -34,7 +38,7 @@ import random
 import statistics
 import tempfile
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,12 +78,23 @@ from bridge_core.testing.budget import (
     read_transcript,
 )
 
-__all__ = ["FALLBACK_CAPABILITIES", "SimulationResult", "command", "read_log", "run_simulation"]
+__all__ = [
+    "FALLBACK_CAPABILITIES",
+    "HORIZON",
+    "MAX_LINE_BYTES",
+    "SimulationResult",
+    "command",
+    "iter_log",
+    "read_log",
+    "run_simulation",
+]
 
 PROVIDERS = ("slack", "discord", "teams", "console")
 CHANNEL = "simulated"
 WAITS_LISTED = 50  # agents listed one by one in the waits table (the longest waits first)
 PROGRESS_FROM = 10_000  # lines: below this a run is too quick to need a progress bar
+HORIZON = 30 * 86_400.0  # seconds: the latest ``t`` a log may use (ADR 0071)
+MAX_LINE_BYTES = 1024 * 1024  # one event line; the gateway's API takes a whole body this big
 
 # Used when a provider's plugin is not installed (PLATFORMS.md).
 FALLBACK_CAPABILITIES: dict[str, Capabilities] = {
@@ -137,6 +152,10 @@ def _line(text: str, previous: float) -> LogItem:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read; an event line is a flat object") from None
+    except ValueError as exc:  # a number of thousands of digits
+        raise ValueError(f"JSON that cannot be read: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"each line must be a JSON object, got {type(data).__name__}")
     if "t" not in data:
@@ -144,6 +163,11 @@ def _line(text: str, previous: float) -> LogItem:
     t = data["t"]
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
         raise ValueError(f'"t" must be a number >= 0, got {t!r}')
+    if t > HORIZON:
+        raise ValueError(
+            f'"t" is {t:g} s, beyond the {HORIZON:g} s (30 days) a simulation may span; '
+            "split the log or shift its times"
+        )
     if t < previous:
         raise ValueError(f'"t" goes back in time ({t} after {previous}); sort the log by t')
     if "fault" in data:
@@ -155,21 +179,33 @@ def _line(text: str, previous: float) -> LogItem:
         raise ValueError(f"bad event: {exc}") from None
 
 
-def read_log(path: Path) -> list[LogItem]:
-    """The log's events and faults; a bad line raises ``click.ClickException`` naming it."""
-    items: list[LogItem] = []
+def iter_log(path: Path) -> Iterator[LogItem]:
+    """The log's events and faults, read one line at a time (memory stays bounded by the longest
+    line); a bad line raises ``click.ClickException`` naming it."""
     previous = 0.0
-    with path.open(encoding="utf-8") as file:
-        for number, text in enumerate(file, start=1):
-            if not text.strip():
-                continue
+    with path.open("rb") as file:
+        for number, raw in enumerate(iter(lambda: file.readline(MAX_LINE_BYTES + 1), b""), 1):
             try:
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ValueError(f"longer than {MAX_LINE_BYTES} bytes; one event is far less")
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(
+                        f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                    ) from None
+                if not text.strip():
+                    continue
                 item = _line(text, previous)
             except ValueError as exc:
                 raise click.ClickException(f"{path}, line {number}: {exc}") from None
             previous = item[0]
-            items.append(item)
-    return items
+            yield item
+
+
+def read_log(path: Path) -> list[LogItem]:
+    """The whole log as a list (small logs, tests); ``iter_log`` streams it."""
+    return list(iter_log(path))
 
 
 # --------------------------------------------------------------------------- the config
@@ -261,7 +297,7 @@ class SimulationResult:
 
 
 def run_simulation(
-    items: Sequence[LogItem],
+    items: Iterable[LogItem],
     *,
     capabilities: Capabilities,
     budget: SendBudget,
@@ -269,13 +305,19 @@ def run_simulation(
     transcript: Path,
     seed: int = 0,
     progress: Progress | None = None,
+    total: int | None = None,
     drain_limit: float = 86_400.0,
 ) -> SimulationResult:
-    """Replay ``items`` on virtual time; the transcript is written to ``transcript``."""
+    """Replay ``items`` on virtual time, taking each only when its time comes (an iterator is
+    never held whole); the transcript is written to ``transcript``. ``total`` sizes the
+    progress bar."""
     result = SimulationResult()
-    task = progress.add_task("replaying", total=len(items)) if progress else None
+    task = progress.add_task("replaying", total=total) if progress else None
+    ended: set[str] = set()  # agents whose terminal event this channel is notified of
+    replayed = 0
 
     async def main() -> None:
+        nonlocal replayed
         provider = ConsoleProvider(
             ConsoleSettings(transcript=transcript, output="none"), run_prefix="sim"
         )
@@ -299,8 +341,11 @@ def run_simulation(
                     provider.script_fault(CHANNEL, item.error)
                 else:
                     notifier.handle(item)
+                    if _notifies_an_end(item, notify):
+                        ended.add(item.agent)
                 if progress is not None and task is not None and index % 1000 == 0:
                     progress.update(task, completed=index)
+                replayed = index + 1
             with anyio.move_on_after(drain_limit):
                 # Virtual time: polling costs nothing and needs no hook in the notifier.
                 while not (notifier.idle and sender.idle):  # noqa: ASYNC110
@@ -313,7 +358,7 @@ def run_simulation(
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     if progress is not None and task is not None:
-        progress.update(task, completed=len(items))
+        progress.update(task, completed=replayed)
     entries = read_transcript(transcript) if transcript.exists() else []
     result.posts = sum(e.op == "post" for e in entries)
     result.edits = sum(e.op == "edit" for e in entries)
@@ -323,15 +368,16 @@ def run_simulation(
     result.peak_hourly = max_in_window(times, 3600.0)
     violations = check_budget(entries, budget) + check_edit_spacing(entries, budget.edit_spacing)
     result.violations = [str(v) for v in violations]
-    ended = {
-        item.agent
-        for _, item in items
-        if isinstance(item, (AgentFinished, AgentGone))
-        and item.kind in notify.kinds
-        and (notify.workspaces is None or item.workspace in notify.workspaces)
-    }
     result.undelivered = sorted(ended - set(result.waits))
     return result
+
+
+def _notifies_an_end(event: FleetEvent, notify: NotifyConfig) -> bool:
+    return (
+        isinstance(event, (AgentFinished, AgentGone))
+        and event.kind in notify.kinds
+        and (notify.workspaces is None or event.workspace in notify.workspaces)
+    )
 
 
 # --------------------------------------------------------------------------- the command
@@ -422,7 +468,7 @@ def command(
     largest burst, the peak hourly rate and how long each terminal state waited; exits 1 if the
     budget or the edit spacing was broken.
     """
-    items = read_log(events)
+    lines = sum(1 for _ in iter_log(events))  # every line checked before anything runs
     config = _read_config(config_path)
     capabilities, budget, source = _provider_profile(provider_name)
     budget = resolve_budget(config.budget, budget)
@@ -436,16 +482,17 @@ def command(
     with tempfile.TemporaryDirectory() as folder:
         path = transcript if transcript is not None else Path(folder) / "transcript.jsonl"
         with Progress(
-            console=Console(stderr=True), transient=True, disable=len(items) < PROGRESS_FROM
+            console=Console(stderr=True), transient=True, disable=lines < PROGRESS_FROM
         ) as progress:
             result = run_simulation(
-                items,
+                iter_log(events),
                 capabilities=capabilities,
                 budget=budget,
                 notify=notify,
                 transcript=path,
                 seed=seed,
                 progress=progress,
+                total=lines,
             )
     if as_json:
         payload = result.to_json() | {
