@@ -80,7 +80,8 @@ CLAIM_LIMIT = 2.5
 # KEYS: bucket hash, send-times sorted set.
 # ARGV: burst, per_second, ttl_ms, member (unique per send), headroom (tokens this send must
 # leave for higher classes), priority, whether a refusal records a claim ('1' for every class
-# but the lowest), claim margin, claim limit (seconds), then limit/seconds pairs.
+# but the lowest), claim margin, claim limit (seconds), whether this is a peek ('1': a "go"
+# records nothing, SendGate.peek), then limit/seconds pairs.
 # Numbers leave Lua through string.format: Lua's own tostring keeps only 14 digits, which would
 # round the server's epoch seconds to 0.1 ms.
 _SCRIPT = """
@@ -105,7 +106,7 @@ if tokens < need then
   wait = math.min((need - tokens) / rate, 1 / rate)
 end
 local keep = 0
-for i = 10, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   local limit = tonumber(ARGV[i])
   local seconds = tonumber(ARGV[i + 1])
   if limit > keep then keep = limit end
@@ -136,6 +137,9 @@ if wait > 1e-9 then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
   return {'wait', string.format('%.6f', math.ceil(wait * 1000000) / 1000000)}
+end
+if ARGV[10] == '1' then
+  return {'go', string.format('%.6f', now)}
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.12f', tokens - 1),
   'updated', string.format('%.6f', now))
@@ -231,24 +235,26 @@ class SharedBudgetGate:
             windows += [window.limit, repr(window.seconds)]
         lowest = max(Priority)
         self._args = {
-            int(p): [
+            (int(p), peek): [
                 *head,
                 headroom(budget, p),
                 int(p),
                 "1" if p < lowest else "0",  # nobody is below the lowest class to hold back
                 repr(CLAIM_MARGIN),
                 repr(CLAIM_LIMIT),
+                "1" if peek else "0",
                 *windows,
             ]
             for p in Priority
+            for peek in (False, True)
         }
         self._retry = 0.0
         self.outages = 0  # how many times Redis became unreachable (for tests and metrics)
 
-    async def take(self, *, priority: int) -> Grant:
+    async def take(self, *, priority: int, peek: bool = False) -> Grant:
         """Ask Redis once for a send of ``priority``: a recorded send, or how long to wait (also
-        while Redis is away)."""
-        args = self._args.get(priority)
+        while Redis is away). ``peek``: a "go" records nothing (``SendGate.peek``)."""
+        args = self._args.get((priority, peek))
         if args is None:
             raise ValueError(f"priority must be a Priority (0, 1 or 2), got {priority!r}")
         try:
@@ -274,3 +280,9 @@ class SharedBudgetGate:
         headroom the send must leave for higher classes of every gateway."""
         del now
         return (await self.take(priority=priority)).wait
+
+    async def peek(self, now: float, *, priority: int) -> float:
+        """``SendGate``: ``reserve``'s answer, but a "go" records no send (a refusal still
+        records the class's claim on the next send: the asker is waiting for it)."""
+        del now
+        return (await self.take(priority=priority, peek=True)).wait

@@ -20,10 +20,11 @@ TextSource = str | Callable[[], str | None]
 @dataclass(frozen=True, slots=True)
 class Post:
     """A new message. ``begin``, when given, is awaited when this post reaches the head of the
-    channel's queue, just before the budget is asked for its send (so at most one waiting post
-    per channel has begun), and again on each later try (the next step after a wait for a
-    token, a rate-limit retry), so it must be idempotent: the delivery ledger claims its reply
-    there. If it raises, nothing is sent and ``send()`` raises that error.
+    channel's queue and the budget says its send may go (``SendGate.peek``), just before the
+    send is reserved (so a post still waiting for its slot has not begun), and again on each
+    later try (a grant another gateway took meanwhile, a rate-limit retry), so it must be
+    idempotent: the delivery ledger claims its reply there (ADR 0028). If it raises, nothing is
+    sent and ``send()`` raises that error.
 
     ``key``, when given, is the post's idempotency key: the provider reads it as
     ``bridge_core.provider.post_key()`` while it posts (ADR 0080)."""

@@ -9,7 +9,9 @@ times of recent sends and also refuses a send that would put more than ``limit``
 The recorded times are bounded by the largest window limit, never by traffic.
 
 ``SendGate`` is what the sender asks before each send: ``reserve(now, priority=…)`` either takes
-one send (returns ``0.0``) or says how many seconds to wait first, taking nothing. ``BudgetGate``
+one send (returns ``0.0``) or says how many seconds to wait first, taking nothing; ``peek`` says
+the same without taking the send, so a post can begin (the ledger claims its reply) only once its
+slot is free, and reserve it right after (ADR 0028). ``BudgetGate``
 is the in-process gate; the runtime hands a shared one (``bridge_core.runtime.shared_budget``) to
 the senders of gateways that share a channel, so check and record are one step there, and the
 priority orders the senders of different gateways (ADR 0055).
@@ -34,6 +36,14 @@ class SendGate(Protocol):
         ``now`` is the caller's ``anyio.current_time()``; a shared gate may read its own clock.
         ``priority`` is the send's class (a ``Priority``, 0 highest); a gate shared by several
         senders may hold lower classes back so that higher ones of other senders go first.
+        """
+        ...
+
+    async def peek(self, now: float, *, priority: int) -> float:
+        """``reserve``'s answer without taking the send: ``0.0`` when one would go now.
+
+        A shared gate still counts the asker as waiting when it answers a wait (so a higher
+        class keeps its turn); ``0.0`` records nothing, and ``reserve`` must follow to send.
         """
         ...
 
@@ -89,6 +99,10 @@ class BudgetGate:
         if wait == 0.0:
             self.record(now)
         return wait
+
+    async def peek(self, now: float, *, priority: int) -> float:
+        """``SendGate``: ``delay(now)``, taking nothing."""
+        return self.delay(now)
 
     def record(self, now: float) -> None:
         """Spend one send at ``now`` (call it for every attempt the platform sees)."""

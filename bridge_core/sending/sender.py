@@ -451,12 +451,17 @@ class ChannelSender:
             self.stats.skipped += 1
             self._resolve(work, None)
             return
-        # ``begin`` runs before the gate is asked, not between the gate's grant and the send:
-        # it may take a database commit, and a grant must be used at once or the sends it spaces
-        # would reach the platform closer together than the budget allows. So a post waiting
-        # for a token may already have begun; only the head of the queue ever has.
-        if isinstance(op, Post) and op.begin is not None and not await self._begin(work, op):
-            return
+        if isinstance(op, Post) and op.begin is not None:
+            # ``begin`` (the ledger's claim, a database commit) runs once the gate says the send
+            # may go, so a post still waiting for its slot has not begun (ADR 0028). The send
+            # is then reserved after it: a grant must be used at once, or the sends it spaces
+            # would reach the platform closer together than the budget allows.
+            delay = await self._gate.peek(anyio.current_time(), priority=work.priority)
+            if delay > 0:
+                await anyio.sleep(delay)  # the work stays queued, not begun
+                return
+            if not await self._begin(work, op):
+                return
         delay = await self._gate.reserve(anyio.current_time(), priority=work.priority)
         if delay > 0:
             await anyio.sleep(delay)  # the work stays queued; the next step re-renders it

@@ -13,7 +13,14 @@ ledger claims each reply when its turn comes (``deliver_begins=True``), so most 
 ``pending`` behind the lane; ``--claim-before-turn`` claims before the wait instead (to see the
 difference: their resends after a kill are then labelled).
 
-A reply whose claim was lost at its turn appends ``lost``. Each send appends ``start`` (when the
+``--sender RATE``: the replies go through the shipped ``ChannelSender`` on a budget of RATE sends
+a second (burst 1), exactly as the gateway sends them (``Post(text, begin=delivery.begin)``), to a
+provider that appends to the file; the ledger claims at the turn. The sender's own handling of the
+scripted errors applies (it waits out a rate limit itself); a scripted ``Unreachable`` is sent as
+``MessageRejected`` there, which ends that reply alone rather than the whole channel.
+
+A reply whose claim was lost at its turn appends ``lost``; in ``--sender`` mode a claim that
+returned appends ``claimed``. Each send appends ``start`` (when the
 send begins) and, ``--send-delay`` later, ``sent`` (the platform has it) as one JSON line each,
 written with a single ``os.write`` on an O_APPEND file, so a kill rarely leaves half a line (only
 a write across a page boundary of the file can be cut; ``crash_harness.read_sends`` drops such a
@@ -39,7 +46,18 @@ from bridge_core.ledger import (
     State,
     open_store,
 )
-from bridge_core.provider import MessageRef, ProviderError, RateLimited, TransportError, Unreachable
+from bridge_core.provider import (
+    Capabilities,
+    ChatProvider,
+    MessageRef,
+    MessageRejected,
+    ProviderError,
+    RateLimited,
+    SendBudget,
+    TransportError,
+    Unreachable,
+)
+from bridge_core.sending import ChannelSender, Post
 
 SCHEDULE = Schedule(
     resend_delays=(0.05, 0.1),
@@ -121,6 +139,60 @@ class AppendingPlatform:
         return MessageRef(delivery.channel, f"{self.pid}-{self.count}", delivery.thread)
 
 
+class SenderPlatform(ChatProvider):
+    """The file platform behind a real ``ChannelSender``: each post is matched to its delivery by
+    its text (a process never sends one reply twice at once), so the scripted answers apply."""
+
+    name = "file"
+    capabilities = Capabilities(edit=False, max_length=4000, probe=False)
+
+    def __init__(self, platform: AppendingPlatform, rate: float) -> None:
+        self.platform = platform
+        self.sender = ChannelSender(
+            self, channel="C1", budget=SendBudget(burst=1, per_second=rate, edit_spacing=0.0)
+        )
+        self.waiting: dict[str, Delivery] = {}
+        self.limited: set[tuple[str, int, int]] = set()
+
+    async def deliver(self, delivery: Delivery) -> MessageRef:
+        self.waiting[delivery.text] = delivery
+        claimed = False
+
+        async def begin() -> None:
+            nonlocal claimed
+            await delivery.begin()
+            if not claimed:  # the claim returned: from here nothing is awaited until the post
+                claimed = True
+                self.platform._line("claimed", delivery)
+
+        try:
+            return await self.sender.send(Post(delivery.text, begin=begin))
+        finally:
+            self.waiting.pop(delivery.text, None)
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        delivery = self.waiting[text]
+        platform = self.platform
+        platform._line("start", delivery)
+        await anyio.sleep(platform.delay)
+        error = scripted_error(delivery)
+        if isinstance(error, Unreachable):
+            error = MessageRejected(str(error))
+        if isinstance(error, RateLimited):
+            # the sender waits it out and sends again under the same claim: refuse once only
+            key = (delivery.obligation_id, delivery.part, delivery.attempt)
+            error = None if key in self.limited else error
+            self.limited.add(key)
+        if error is not None:
+            raise error
+        platform._line("sent", delivery)
+        platform.count += 1
+        return MessageRef(channel, f"{platform.pid}-{platform.count}", thread)
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        raise NotImplementedError
+
+
 def phase(path: str, name: str) -> None:
     with open(path, "w", encoding="ascii") as file:
         file.write(name)
@@ -129,17 +201,20 @@ def phase(path: str, name: str) -> None:
 async def main(args: argparse.Namespace) -> int:
     store = await open_store(args.ledger, table_prefix=args.prefix, lease=args.lease or 60.0)
     platform = AppendingPlatform(args.out, args.send_delay, paced=args.paced)
+    paced = SenderPlatform(platform, args.sender) if args.sender else None
     ledger = DeliveryLedger(
         store,
-        deliver=platform.deliver,
+        deliver=platform.deliver if paced is None else paced.deliver,
         profiles={"X"},
         schedule=SCHEDULE,
-        deliver_begins=args.paced and not args.claim_before_turn,
+        deliver_begins=(args.paced or paced is not None) and not args.claim_before_turn,
     )
-    phase(args.phase, "boot")
-    await ledger.boot_sweep()
-    phase(args.phase, args.mode)
     async with anyio.create_task_group() as group:
+        if paced is not None:
+            group.start_soon(paced.sender.run)
+        phase(args.phase, "boot")
+        await ledger.boot_sweep()
+        phase(args.phase, args.mode)
         await group.start(ledger.run)
         if args.mode == "drain":
             code = await drain(ledger)
@@ -205,4 +280,5 @@ if __name__ == "__main__":
     parser.add_argument("--lease", type=float, default=0.0)
     parser.add_argument("--paced", action="store_true")
     parser.add_argument("--claim-before-turn", action="store_true")
+    parser.add_argument("--sender", type=float, default=0.0, help="send through a ChannelSender")
     sys.exit(anyio.run(main, parser.parse_args()))

@@ -12,7 +12,12 @@ delivery file the children append to:
 5. (shared ledger) no claim (reply, fence) was used by two processes, and a reply passes from
    one process to another only after the first was killed (or frozen past its lease);
 6. (counted, for the freeze test) sends started under a claim that another process had already
-   superseded: only a process frozen between its claim and its send can make one.
+   superseded: only a process frozen between its claim and its send can make one;
+7. (counted, for the paced sender) marked copies of a reply that no send had started before,
+   split by whether a ``claimed`` line (the child's ``--sender`` mode writes one when a claim
+   returns) shows that its claim had completed: such a reply was claimed and then waited without
+   its request leaving (the claim came before its budget slot), where a kill during the claim's
+   own commit is the moment ADR 0020 says the ledger cannot tell from a send in flight.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Report:
     marked_unstarted: int = 0  # marked copies of a reply that no send had started before
     claims_lost: int = 0  # replies a process found taken by another when their turn came
     stale_sends: int = 0  # sends under a claim another process had already superseded
+    claimed_unsent: int = 0  # of marked_unstarted: the claim had returned, no request followed
 
     @property
     def kills_while_queued(self) -> int:
@@ -76,7 +82,8 @@ class Report:
             f"{len(self.kills)} kills: {self.kills_while_attempting} with rows attempting, "
             f"{self.kills_during_boot} during a boot sweep; {self.replies} replies, "
             f"{self.copies} copies sent, {self.marked} marked "
-            f"({self.marked_unstarted} claimed but never started), {self.abandoned} abandoned "
+            f"({self.marked_unstarted} claimed but never started, {self.claimed_unsent} of them "
+            f"after their claim had returned), {self.abandoned} abandoned "
             f"({self.budget_spent} by a budget spent on kills), {self.claims_lost} claims lost "
             f"at the turn, {self.stale_sends} stale sends, {self.drains} drain runs",
         ]
@@ -261,11 +268,14 @@ def check(
     report.replies = len(final)
     by_part: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     starts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    claims: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in events:
         if event["ev"] == "sent":
             by_part[(event["id"], event["part"])].append(event)
         elif event["ev"] == "lost":
             report.claims_lost += 1
+        elif event["ev"] == "claimed":
+            claims[event["id"]].append(event)
         else:
             starts[event["id"]].append(event)
     seen_attempting: dict[str, float] = {}
@@ -310,6 +320,10 @@ def check(
                 snap = seen_attempting.get(obligation)
                 if not earlier:
                     report.marked_unstarted += 1
+                    report.claimed_unsent += any(
+                        c["t"] < copy["t"] and c["fence"] < copy["fence"]
+                        for c in claims[obligation]
+                    )
                     if snap is None or snap > copy["t"]:
                         problems.append(
                             f"{obligation} part {part}: marked but never in flight before"
@@ -342,7 +356,7 @@ def check(
     shared = [key for key, pids in fences.items() if len(pids) > 1]
     if shared:
         problems.append(f"claims used by two processes: {shared[:5]}")
-    recorded_sends = {e["id"] for e in events if e["ev"] != "lost"}
+    recorded_sends = {e["id"] for e in events if e["ev"] not in ("lost", "claimed")}
     unknown = recorded_sends - set(final)
     if unknown:
         problems.append(f"sends of replies the ledger does not know: {sorted(unknown)[:5]}")

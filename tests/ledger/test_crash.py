@@ -51,6 +51,16 @@ def test_replies_waiting_for_their_turn_at_a_kill_are_resent_clean(tmp_path: Pat
     assert report.marked_unstarted <= len(report.kills), report.summary()
 
 
+def test_a_paced_sender_labels_no_reply_whose_request_never_left(tmp_path: Path) -> None:
+    """The shipped ``ChannelSender`` on an 8/s budget, replies always queued behind it, killed in
+    a loop: a reply is claimed only once its budget slot is free (ADR 0028), so no kill leaves
+    a reply labelled that no send of it had started (claiming before the slot: several)."""
+    report = run_sqlite(tmp_path, kills=10, seed=SEED, extra=("--sender", "8"))
+    print(report.summary())
+    assert report.kills_while_queued >= len(report.kills) - 2, report.summary()
+    assert report.claimed_unsent == 0, report.summary()
+
+
 @pytest.mark.slow
 @soak
 def test_sqlite_ledger_soak(tmp_path: Path) -> None:
