@@ -162,7 +162,8 @@ class Session:
 
     @property
     def hello(self) -> p.ServerHello | None:
-        """The current connection's ``hello`` (member ids and ``since`` per channel)."""
+        """The current connection's ``hello`` (member ids and ``since`` per channel); ``None``
+        while reconnecting."""
         return self._current.hello if self._current is not None else None
 
     # ------------------------------------------------------------------ iteration
@@ -312,7 +313,10 @@ class Session:
                 "agent: connection %d closed (%d %s)", connection.number, closed.code, closed.reason
             )
         finally:
-            self._connected = anyio.Event() if not self._closing else self._connected
+            if not self._closing:
+                self._connected = anyio.Event()
+                if self._current is connection:
+                    self._current = None  # no hello until the next connection said it
             connection.settle_all()
             with anyio.CancelScope(shield=True):
                 await connection.ws.abort()  # the stream, whatever closed it
