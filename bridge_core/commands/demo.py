@@ -36,13 +36,31 @@ __all__ = ["command"]
     help="Answer lines from standard input (the default; scripted user messages play until "
     "the first line) or ignore standard input and play only the scripted ones.",
 )
-def command(seconds: float, forever: bool, data_dir: Path | None, interactive: bool | None) -> None:
+@click.option(
+    "--agent-process",
+    is_flag=True,
+    help="Answer with an agent running as its own process, connected to the gateway's "
+    "/v1/agents socket (python -m bridge_core.agent.example), instead of one inside it.",
+)
+def command(
+    seconds: float,
+    forever: bool,
+    data_dir: Path | None,
+    interactive: bool | None,
+    agent_process: bool,
+) -> None:
     """Show what the bridge does: live messages, a burst summary, a crash, a rate-limit pause,
     replies from an echo agent, and the ledger's counts."""
     configure_logging(level=logging.WARNING)
 
     async def main() -> None:
-        await run_demo(seconds=seconds, forever=forever, data_dir=data_dir, interactive=interactive)
+        await run_demo(
+            seconds=seconds,
+            forever=forever,
+            data_dir=data_dir,
+            interactive=interactive,
+            agent_process=agent_process,
+        )
 
     try:
         anyio.run(main, backend="asyncio")

@@ -7,12 +7,19 @@ the agent group has one in-process member. A scripted fleet plays a burst of age
 agent that crashes (its own failure post), and a rate-limit pause scripted into the console
 provider; an echo agent answers what the user types (or, when standard input is not a terminal,
 a couple of scripted user messages).
+
+With ``agent_process=True`` (``chatbridge demo --agent-process``) the echo agent is not in the
+gateway: the channel takes connected agents (``agent_group``), the HTTP API listens on a free
+loopback port, and ``python -m bridge_core.agent.example`` runs as its own process, connects to
+``/v1/agents`` and answers; it is stopped (a graceful leave) before the gateway.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -123,7 +130,13 @@ class DemoReport:
         )
 
 
-def demo_config(data_dir: Path, transcript: Path) -> BridgeConfig:
+DEMO_GROUP = "demo-agents"
+
+
+def demo_config(data_dir: Path, transcript: Path, *, agent_process: bool = False) -> BridgeConfig:
+    channel: dict[str, Any] = {"profile": DEMO_PROFILE, "channel_id": DEMO_CHANNEL}
+    if agent_process:
+        channel["agent_group"] = DEMO_GROUP
     data = {
         "profiles": {
             DEMO_PROFILE: {
@@ -131,8 +144,9 @@ def demo_config(data_dir: Path, transcript: Path) -> BridgeConfig:
                 "settings": {"transcript": str(transcript), "budget": "slack"},
             }
         },
-        "channels": {DEMO_CHANNEL: {"profile": DEMO_PROFILE, "channel_id": DEMO_CHANNEL}},
+        "channels": {DEMO_CHANNEL: channel},
         "stores": {"ledger": str(data_dir / "bridge.sqlite3")},
+        "api": {"host": "127.0.0.1", "port": 0},
     }
     # only the built-in console is needed: loading every installed platform SDK costs seconds
     found: list[ProviderType] = []
@@ -149,6 +163,7 @@ async def run_demo(
     interactive: bool | None = None,
     output: TextIO | None = None,
     stdin: TextIO | None = None,
+    agent_process: bool = False,
 ) -> DemoReport:
     """Run the demo; returns what happened.
 
@@ -164,16 +179,16 @@ async def run_demo(
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="chatbridge-demo-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     transcript = data_dir / "transcript.jsonl"
-    config = demo_config(data_dir, transcript)
+    config = demo_config(data_dir, transcript, agent_process=agent_process)
     profile = config.profiles[DEMO_PROFILE]
     settings = profile.settings
     assert isinstance(settings, ConsoleSettings)
     provider = ConsoleProvider(settings, profile=DEMO_PROFILE, output=out)
     gateway = Gateway(
         config,
-        options=GatewayOptions(http=False, settle=0.0, heartbeat=0.5, grace=3.0),
+        options=GatewayOptions(http=agent_process, settle=0.0, heartbeat=0.5, grace=3.0),
         providers={DEMO_PROFILE: provider},
-        agents={DEMO_CHANNEL: echo_agent},
+        agents={} if agent_process else {DEMO_CHANNEL: echo_agent},
     )
     counter = 0
     users = 0
@@ -240,12 +255,15 @@ async def run_demo(
     async def drive(tg: anyio.abc.TaskGroup) -> None:
         nonlocal started
         await gateway.ready.wait()
+        agent = await _start_agent_process(gateway, out) if agent_process else None
         started = anyio.current_time()
         tg.start_soon(play)
         if read_input:
             tg.start_soon(typed)
         if not forever:
             await anyio.sleep_until(started + seconds)
+            if agent is not None:
+                await _stop_agent_process(agent)
             gateway.stop()
 
     async with anyio.create_task_group() as tg:
@@ -257,6 +275,30 @@ async def run_demo(
     )
     print(report.render(), file=out, flush=True)
     return report
+
+
+async def _start_agent_process(gateway: Gateway, out: TextIO) -> anyio.abc.Process:
+    """``python -m bridge_core.agent.example`` connected to the demo's gateway, once it joined."""
+    assert gateway.url is not None
+    url = gateway.url.replace("http://", "ws://") + "/v1/agents"
+    command = [sys.executable, "-m", "bridge_core.agent.example", url]
+    command += ["--group", DEMO_GROUP, "--channel", DEMO_CHANNEL]
+    process = await anyio.open_process(command, stdout=subprocess.PIPE, stderr=None)
+    assert process.stdout is not None
+    with anyio.fail_after(30):
+        joined = (await process.stdout.receive()).decode().strip()
+    print(f"         {joined}", file=out, flush=True)
+    return process
+
+
+async def _stop_agent_process(process: anyio.abc.Process) -> None:
+    process.send_signal(signal.SIGTERM)  # a graceful leave
+    with anyio.move_on_after(5) as waited:
+        await process.wait()
+    if waited.cancelled_caught:
+        process.kill()
+        await process.wait()
+    await process.aclose()
 
 
 def _lines(path: Path) -> list[str]:

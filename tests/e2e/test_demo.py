@@ -61,3 +61,27 @@ def test_demo_shows_the_channel_and_stops_by_itself(tmp_path: Path) -> None:
         "echo: thanks - what is the migrator doing?",
     ]
     assert not any(is_marked(r[0]) for r in replies)
+
+
+def test_demo_with_an_agent_process_answers_from_that_process(tmp_path: Path) -> None:
+    env = {**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""}
+    done = subprocess.run(
+        [*CHATBRIDGE, "demo", "--seconds", "10", "--scripted", "--agent-process",
+         "--data-dir", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    joined = [line for line in done.stdout.splitlines() if "joined demo as" in line]
+    assert len(joined) == 1, done.stdout
+    pid = joined[0].split("agent process ")[1].split()[0]
+    assert pid.isdigit() and "ledger rows: delivered 2" in done.stdout
+    replies = [
+        e.text for e in read_transcript(tmp_path / "transcript.jsonl") if e.op == "post" and e.text
+    ]
+    answered = [text for text in replies if text.startswith("echo:")]
+    assert len(answered) == 2, replies
+    assert all(f"(from agent process {pid})" in text for text in answered)
