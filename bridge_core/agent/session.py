@@ -262,10 +262,11 @@ class Session:
             self._turns_in.close()
 
     def _delay(self, attempt: int) -> float:
-        """Full jitter: uniform over [base/2, min(cap, base * 2**attempt)]."""
+        """Equal jitter: uniform over the upper half of ``min(cap, base * 2**attempt)``, so
+        agents dropped together do not reconnect together."""
         base, cap = self.backoff
         high = min(cap, base * 2 ** min(attempt, 16))
-        return self._rng.uniform(min(base / 2, high), high)
+        return self._rng.uniform(high / 2, high)
 
     async def _open(self) -> _Connection:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
