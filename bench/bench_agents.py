@@ -4,8 +4,8 @@ The gateway runs in this process (console provider writing nothing, SQLite log a
 settle 0); turns are admitted with ``gateway.inbound`` as a provider's sink would. Three ways of
 handing the same turns out:
 
-1. connected: an SDK agent in another process (``/v1/agents``, concurrency 32) that answers each
-   turn at once and notes when it arrived;
+1. connected: an SDK agent in another process (``/v1/agents``, concurrency 64 like the
+   in-process member) that answers each turn at once and notes when it arrived;
 2. floor, in process: the same turns to an in-process agent (the gateway's own member);
 3. floor, bare socket: an aiohttp WebSocket server pushing frames of a turn's size to a client
    in another process that answers each (no log, no ledger, no ownership).
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,7 +46,7 @@ from bridge_core.agent import connect
 
 async def main(url, count):
     seen = []
-    async with connect(url, group="bench", channels=["ops"], concurrency=32) as session:
+    async with connect(url, group="bench", channels=["ops"], concurrency=64) as session:
         print("ready", flush=True)
         async with anyio.create_task_group() as tg:
             async for turn in session:
@@ -172,7 +173,9 @@ async def in_process(count: int, rate: float | None) -> list[tuple[float, float]
 
     with tempfile.TemporaryDirectory() as tmp:
         options = GatewayOptions(port=0, settle=0.0, heartbeat=1.0, http=False)
-        gateway = Gateway(config(Path(tmp), in_process=True), options=options, agents={"ops": agent})
+        gateway = Gateway(
+            config(Path(tmp), in_process=True), options=options, agents={"ops": agent}
+        )
         async with gateway:
             await asyncio.sleep(0.1)
             started = await admit_all(gateway, count, rate=rate)
@@ -204,9 +207,12 @@ async def bare_socket(count: int, rate: float | None) -> list[tuple[float, float
     ws = await ready
     started = time.time()
     for i in range(count):
-        frame = {"type": "turn", "turn": f"ops/{i}", "channel": "ops", "conversation": f"ops/u/user{i % 100}",
-                 "seq": i, "inserted_at": time.time(), "message_id": f"b{i}", "author": f"user{i % 100}",
-                 "text": f"question number {i} about the build", "history": []}  # fmt: skip
+        frame = {
+            "type": "turn", "turn": f"ops/{i}", "channel": "ops",
+            "conversation": f"ops/u/user{i % 100}", "seq": i, "inserted_at": time.time(),
+            "message_id": f"b{i}", "author": f"user{i % 100}",
+            "text": f"question number {i} about the build", "history": [],
+        }  # fmt: skip
         await ws.send_str(json.dumps(frame))
         if rate is not None:
             await asyncio.sleep(1.0 / rate)
@@ -221,7 +227,7 @@ async def main() -> None:
     parser.add_argument("--latency-turns", type=int, default=200)
     parser.add_argument("--rate", type=float, default=50.0)
     args = parser.parse_args()
-    print(f"load average before: {open('/proc/loadavg').read().split()[:3]}")
+    print(f"load average before: {os.getloadavg()}")
     for name, run in (("connected agent", connected), ("in-process agent (floor)", in_process),
                       ("bare aiohttp socket (floor)", bare_socket)):  # fmt: skip
         burst = await run(args.turns, None)
@@ -232,7 +238,7 @@ async def main() -> None:
             f"{name:30s} {rate:8.0f} turns/s ({args.turns} at once)   "
             f"admission->agent at {args.rate:g}/s: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
         )
-    print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
+    print(f"load average after: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Every frame the gateway sends is checked against docs/agent-protocol.schema.json
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
@@ -369,3 +370,30 @@ async def test_a_dropped_connection_is_expired_not_left(gateway: Gateway, client
     assert [(r.member, r.reason) for r in leaves] == [
         (hello_a["members"]["ops"], LeaveReason.EXPIRED)
     ]
+
+
+@pytest.mark.anyio
+async def test_an_in_process_agent_and_a_connection_share_one_group(tmp_path: Path) -> None:
+    config = make_config(tmp_path, agent="bridge_core.runtime.agents:echo_agent")
+    async with Gateway(config, options=OPTIONS) as gateway, aiohttp.ClientSession() as session:
+        assert gateway.url is not None
+        client = Client(session, gateway.url.replace("http://", "ws://") + "/v1/agents")
+        raw = await client.connect()
+        hello = await raw.hello(concurrency=8)
+        await anyio.sleep(OPTIONS.settle * 2)
+        for i in range(30):
+            await say(gateway, f"q{i}", author=f"person{i}")  # thirty conversations
+        by_socket = 0
+        with anyio.move_on_after(3):
+            while by_socket + sum(1 for t in posts(tmp_path) if t.startswith("echo:")) < 30:
+                message = await raw.recv()
+                if message["type"] == "turn":
+                    by_socket += 1
+                    await raw.send({"type": "reply", "turn": message["turn"], "text": "socket"})
+        await until(lambda: len(posts(tmp_path)) >= 30)
+        frames = await frames_answering(gateway)
+        await raw.ws.close()
+    members = Counter(f.member for f in frames)
+    assert len(frames) == 30 and len({f.answers_seq for f in frames}) == 30
+    assert len(members) == 2 and members[hello["members"]["ops"]] == by_socket > 0
+    assert posts(tmp_path).count("socket") == by_socket
