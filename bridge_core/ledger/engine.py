@@ -105,6 +105,10 @@ class DeliveryLedger:
         # row already in flight here) would pass the claim (this owner may claim its own rows)
         # and send a second, labelled copy.
         self._sending: set[str] = set()
+        # Replies this process left ``failed`` with no timer (their in-process resends spent, or
+        # Forbidden), by (profile, channel): id -> fence. Their last attempt is due at the next
+        # start or when the channel proves healthy here, whichever comes first (ADR 0029).
+        self._parked: dict[tuple[str, str], dict[str, int]] = {}
 
     # ------------------------------------------------------------------ recording and sending
 
@@ -300,7 +304,27 @@ class DeliveryLedger:
             return _Outcome("abandoned", marked, settled)
         if change.in_process and change.next_attempt_at is not None:
             self._add_timer(max(0.0, change.next_attempt_at - now), row.id, row.fence)
+        elif change.next_attempt_at is None:
+            self._parked.setdefault((row.profile, row.channel), {})[row.id] = settled.fence
         return _Outcome("failed", marked, settled)
+
+    def channel_proven(self, profile: str, channel: str) -> None:
+        """Profile ``profile``'s ``channel`` just took a send (or passed a probe) here: each reply
+        this process parked for it gets its attempt now rather than at the next start. Cheap
+        and synchronous (the channel's sender calls it after every success): it only starts
+        timers, and a timer resends a row only if its fence is still the one parked."""
+        parked = self._parked.pop((profile, channel), None)
+        if parked:
+            log.info(
+                "ledger: channel %s/%s is sending again; %d parked repl%s get their last "
+                "attempt now",
+                profile,
+                channel,
+                len(parked),
+                "y" if len(parked) == 1 else "ies",
+            )
+            for obligation, fence in parked.items():
+                self._add_timer(0.0, obligation, fence)
 
     # ------------------------------------------------------------------ sweeps
 
@@ -525,6 +549,9 @@ class DisabledLedger:
 
     async def boot_sweep(self) -> SweepReport:
         return SweepReport()
+
+    def channel_proven(self, profile: str, channel: str) -> None:
+        return None
 
     async def sweep_due(self) -> SweepReport:
         return SweepReport()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from aiohttp import web
@@ -181,6 +182,9 @@ def channel_runtime(
         thread=config.thread,
         gate=budgets.gate(shared, budget) if budgets is not None else None,
     )
+    # a send or probe that succeeds gives the replies parked for this channel their last
+    # attempt now, not at the next start (ADR 0029)
+    sender.health.on_proven(partial(ledger.channel_proven, config.profile, config.channel_id))
     return ChannelRuntime(
         name=name,
         config=config,

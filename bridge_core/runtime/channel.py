@@ -53,6 +53,8 @@ class LedgerLike(Protocol):
 
     async def deliver_now(self, row: Obligation) -> Obligation: ...
 
+    def channel_proven(self, profile: str, channel: str) -> None: ...
+
 
 def split_reply(text: str, provider: ChatProvider) -> tuple[str, ...]:
     """Escape, then chunk at the provider's maximum, leaving room for the recovery marker."""

@@ -2,13 +2,16 @@
 
 ``ChannelHealth`` is the sender's record of what the platform last said about the channel
 (ADR 0013): ``Forbidden`` makes it unhealthy until a re-check (a probe, or the next real send)
-succeeds; ``Unreachable`` gives it up for good.
+succeeds; ``Unreachable`` gives it up for good. Listeners added with ``on_proven`` hear each
+time the channel proves it can be sent to (every successful send or probe): that is how the
+delivery ledger learns that a reply it parked may have its last attempt now (ADR 0029).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import anyio
 
@@ -21,7 +24,7 @@ logger = logging.getLogger("bridge_core.sending")
 
 
 class ChannelHealth:
-    """One channel's health and its re-check time."""
+    """One channel's health, its re-check time, and who hears that it proved healthy."""
 
     def __init__(self, channel: str, *, recheck_interval: float) -> None:
         self.channel = channel
@@ -30,6 +33,12 @@ class ChannelHealth:
         self.reason: str | None = None
         self.recheck_at = -math.inf
         self.gave_up: Unreachable | None = None
+        self._proven: list[Callable[[], None]] = []
+
+    def on_proven(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every successful send or probe on the channel (it must be
+        quick and must not block: it runs inside the sender's loop)."""
+        self._proven.append(listener)
 
     def refuse_if_unhealthy(self) -> None:
         if self.gave_up is not None:
@@ -59,11 +68,18 @@ class ChannelHealth:
         self.reason = f"unreachable: {error}"
 
     def proven(self) -> None:
-        """A send or a probe succeeded: healthy again."""
+        """A send or a probe succeeded: healthy again, and the listeners are told."""
         if not self.ok:
             logger.warning("channel %r is reachable again", self.channel)
         self.ok = True
         self.reason = None
+        for listener in self._proven:
+            try:
+                listener()
+            except BaseException as error:  # a listener's bug must not stop the channel
+                if must_propagate(error):
+                    raise
+                logger.exception("channel %r: a health listener raised", self.channel)
 
     async def probe(self, provider: ChatProvider) -> bool:
         """Run the provider's probe; True when it settled the re-check (either way)."""

@@ -19,7 +19,7 @@ from bridge_core.config import BridgeConfig, parse_config
 from bridge_core.conversation import LogRecord, Turn
 from bridge_core.events import parse_event
 from bridge_core.hookspecs import ProviderType
-from bridge_core.ledger import is_marked
+from bridge_core.ledger import Schedule, is_marked
 from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
 from bridge_core.provider import (
     UNLIMITED_BUDGET,
@@ -28,6 +28,7 @@ from bridge_core.provider import (
     ConnectionLost,
     InboundMessage,
     MessageRef,
+    NotFound,
     TransportError,
 )
 from bridge_core.runtime import (
@@ -331,3 +332,49 @@ async def test_replies_queued_behind_a_send_stay_pending_until_their_turn(
         HeldProvider.release.set()
         await rows_reach(gateway, "delivered", 3)
     assert sorted(HeldProvider.posted) == ["one", "three", "two"]
+
+
+class DownForOne(ChatProvider):
+    """The platform answers every post of the text ``stuck`` "thread not found" until ``up`` is
+    set (read as transient by the ledger, and no pause of the channel, which keeps this quick)."""
+
+    name = "downforone"
+    capabilities = Capabilities(edit=False, max_length=1000)
+    up: ClassVar[bool] = False
+    posted: ClassVar[list[str]] = []
+    refused: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        pass
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        if text.endswith("stuck") and not DownForOne.up:
+            DownForOne.refused += 1
+            raise NotFound("thread_not_found")
+        DownForOne.posted.append(text)
+        return MessageRef(channel, str(len(DownForOne.posted)))
+
+
+@pytest.mark.anyio
+async def test_a_long_running_gateway_delivers_a_spent_reply_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Its in-process resends spent, the reply waits ``failed`` with no timer; the next send
+    the channel takes gives it its last attempt (ADR 0029), with no restart."""
+    DownForOne.up, DownForOne.posted, DownForOne.refused = False, [], 0
+    schedule = Schedule(resend_delays=(0.05, 0.1), sweep_interval=0.1)
+    gateway = Gateway(
+        one_channel(tmp_path, DownForOne),
+        options=GatewayOptions(http=False, ledger_schedule=schedule),
+    )
+    async with gateway:
+        await gateway.accept_message(MessageRequest(channel="ops", text="stuck"))
+        await until(lambda: DownForOne.refused == 3)
+        await rows_reach(gateway, "failed", 1)
+        await anyio.sleep(1.0)  # many sweeps: none takes a parked row of a live owner
+        assert DownForOne.refused == 3 and DownForOne.posted == []
+        DownForOne.up = True
+        await gateway.accept_message(MessageRequest(channel="ops", text="fine"))
+        await rows_reach(gateway, "delivered", 2)
+    assert DownForOne.posted[0] == "fine"
+    assert is_marked(DownForOne.posted[1]) and DownForOne.posted[1].endswith("stuck")
