@@ -247,6 +247,8 @@ class TeamsProvider(ChatProvider):
             return not_an_activity
         if activity is None or activity.type is None or activity.conversation is None:
             return not_an_activity
+        if not activity.conversation.id:  # no channel to remember it under or answer in
+            return not_an_activity
         await self._references.remember(activity)
         message = inbound_from_activity(activity, profile=self._profile)
         # Bots (the bridge itself included) are never user turns: they stop here.
