@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+import secrets
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ import pytest
 from bridge_matrix.testing import MatrixUser, Synapse
 from bridge_matrix.testing.fixtures import People
 from bridge_matrix.testing.gateway import GatewayProcess, matrix_config, wait_for
+
+from bridge_core.testing import services
 
 ECHO = re.compile(r"echo: (msg-\d+)\b")
 
@@ -125,3 +128,43 @@ def test_sigkill_mid_delivery_loses_and_duplicates_nothing(
     lost = [f"msg-{n}" for n in range(total) if counts[f"msg-{n}"] == 0]
     duplicated = {name: n for name, n in counts.items() if n > 1}
     assert lost == [] and duplicated == {}, f"lost {lost}, duplicated {duplicated}"
+
+
+def test_two_gateways_on_redis_and_postgres_answer_every_turn_once(
+    tmp_path: Path, synapse: Synapse, people: People, gateways: list[GatewayProcess]
+) -> None:
+    """Both gateways follow the same room by ``/sync`` (the same bot account), so both admit
+    every message; the shared conversation log (Redis) gives each turn one owner and the shared
+    ledger (PostgreSQL) one reply."""
+    redis_url, postgres_url = services.require_redis(), services.require_postgres()
+    prefix = f"mx{secrets.token_hex(4)}"
+    bot, room = fresh_bot(synapse, people, per_second=10)
+    config = matrix_config(
+        tmp_path / "bridge.toml",
+        homeserver_url=synapse.base_url,
+        bot=bot,
+        room=room,
+        ledger=postgres_url,
+        membership=redis_url,
+        budget="{ burst = 5, per_second = 8.0 }",
+    )
+    args = ["--key-prefix", prefix, "--ledger-table-prefix", f"{prefix}_",
+            "--settle", "0.3", "--heartbeat", "0.3"]  # fmt: skip
+    for n in range(2):
+        workdir = tmp_path / f"gw{n}"
+        workdir.mkdir()
+        gateway = GatewayProcess(config, workdir, token=bot.access_token, args=args)
+        gateways.append(gateway)
+        gateway.start().wait_until_receiving()
+    total = 12
+    for n in range(total):
+        synapse.send_text(people.person, room, f"msg-{n} from the person")
+    wait_for(
+        lambda: len(answers(synapse, people, room, bot)) == total,
+        timeout=40,
+        what="every turn answered",
+    )
+    for gateway in gateways:
+        assert gateway.stop() == 0
+    counts = answers(synapse, people, room, bot)
+    assert counts == {f"msg-{n}": 1 for n in range(total)}, counts
