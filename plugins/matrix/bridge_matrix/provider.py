@@ -4,7 +4,8 @@ Every create is ``PUT /rooms/{room}/send/m.room.message/{txnId}``. For a ledger 
 transaction id is derived from the core's ``post_key()`` (the obligation and the part), so the
 resend after a crash is recognised by the homeserver and answered with the first event's id
 instead of a second message, as long as the homeserver still holds the transaction (Synapse:
-per device, in memory, 30 to 60 minutes; ADR 0081). Other posts get a fresh random id.
+per device, in its database for 24 hours, across restarts; ADR 0081). Other posts get a fresh
+random id.
 
 Mentions are made safe twice: every event carries an empty ``m.mentions`` (intentional mentions:
 clients and servers that implement them notify nobody), and ``escape`` breaks ``@room`` and the

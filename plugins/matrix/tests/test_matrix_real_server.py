@@ -144,3 +144,30 @@ async def test_threads_edits_and_mentions_as_the_homeserver_stores_them(
         assert "formatted_body" not in content
     current = synapse.messages_by(people.person, room, people.bot.user_id)
     assert current[0]["content"]["body"] == "final: @\u200broom, see thread"
+
+
+async def test_the_transaction_scope_is_the_device_not_the_token(
+    synapse: Synapse, people: People, make_settings: Settings, room: str
+) -> None:
+    """Synapse keys transaction ids by user and device (MSC3970): a new access token for the
+    same device (a re-login with ``device_id``) still finds the first event; another device
+    does not, and that resend is a second message, which the ledger's marker labels."""
+    first_device = make_settings(synapse.base_url, people.bot)
+    same_device = synapse.login(people.bot, device_id=people.bot.device_id)
+    other_device = synapse.login(people.bot)
+    assert other_device.device_id != people.bot.device_id
+    with posting_with_key("obligation-window:0"):
+        async with MatrixProvider(first_device, profile="t") as bot:
+            ref = await bot.post(room, "answer")
+        settings = make_settings(synapse.base_url, same_device)
+        async with MatrixProvider(settings, profile="t") as bot:
+            again = await bot.post(room, "[resent] answer")
+        settings = make_settings(synapse.base_url, other_device)
+        async with MatrixProvider(settings, profile="t") as bot:
+            elsewhere = await bot.post(room, "[resent] answer")
+    assert again.message_id == ref.message_id
+    assert elsewhere.message_id != ref.message_id
+    bodies = [
+        e["content"]["body"] for e in synapse.messages_by(people.person, room, people.bot.user_id)
+    ]
+    assert bodies == ["answer", "[resent] answer"]

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from bridge_matrix.testing.synapse import MatrixUser
 
-__all__ = ["TOKEN_ENV", "GatewayProcess", "matrix_config", "wait_for"]
+__all__ = ["CHATBRIDGE", "TOKEN_ENV", "GatewayProcess", "matrix_config", "wait_for"]
 
 TOKEN_ENV = "BRIDGE_TEST_MATRIX_TOKEN"
 CHATBRIDGE = [sys.executable, "-c", "from bridge_core.cli import main; main()"]

@@ -353,6 +353,39 @@ class Synapse:
                 self.process.kill()
                 self.process.wait(timeout=10)
 
+    def restart(self, *, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Stop the server and start it again on the same port and database: what it kept only
+        in memory is gone (the HTTP transaction cache), what it stored is not."""
+        self.stop()
+        self._http = httpx.Client(timeout=30.0)
+        self.process = _launch(self.directory / "homeserver.yaml", self.directory)
+        self.wait_until_answering(timeout)
+
+    def wait_until_answering(self, timeout: float) -> None:
+        """Wait until ``/_matrix/client/versions`` answers; ``SynapseError`` (with the log's
+        tail, the process stopped) when it exits first or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                tail = (self.directory / "stdout.log").read_text(errors="replace")[-3000:]
+                code = self.process.returncode
+                self.stop()
+                raise SynapseError(
+                    f"Synapse exited with {code} while starting:\n{tail}\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(self.base_url + "/_matrix/client/versions", timeout=2).is_success:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SynapseError(
+                    f"Synapse did not answer on {self.base_url} within {timeout:g} s:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
     def log_tail(self, lines: int = 30) -> str:
         log = self.directory / "homeserver.log"
         text = log.read_text(errors="replace") if log.exists() else ""
@@ -390,38 +423,21 @@ def start_synapse(
     (directory / "log.yaml").write_text(_LOG_CONFIG.format(dir=directory))
     (directory / "signing.key").write_text(_signing_key())
     (directory / "media").mkdir(exist_ok=True)
-    output = (directory / "stdout.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "synapse.app.homeserver", "--config-path", str(config)],
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        cwd=directory,
-    )
-    output.close()
     server = Synapse(
         base_url=f"http://127.0.0.1:{port}",
         directory=directory,
-        process=process,
+        process=_launch(config, directory),
         shared_secret=secret,
     )
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            tail = (directory / "stdout.log").read_text(errors="replace")[-3000:]
-            server.stop()
-            raise SynapseError(
-                f"Synapse exited with {process.returncode} while starting:\n{tail}\n"
-                f"{server.log_tail()}"
-            )
-        try:
-            if httpx.get(server.base_url + "/_matrix/client/versions", timeout=2).is_success:
-                return server
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            raise SynapseError(
-                f"Synapse did not answer on {server.base_url} within {timeout:g} s:\n"
-                f"{server.log_tail()}"
-            )
-        time.sleep(0.2)
+    server.wait_until_answering(timeout)
+    return server
+
+
+def _launch(config: Path, directory: Path) -> subprocess.Popen[bytes]:
+    with (directory / "stdout.log").open("ab") as output:  # the child keeps its own handle
+        return subprocess.Popen(
+            [sys.executable, "-m", "synapse.app.homeserver", "--config-path", str(config)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=directory,
+        )
