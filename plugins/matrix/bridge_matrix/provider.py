@@ -335,8 +335,9 @@ class MatrixProvider(ChatProvider):
                     room_id,
                     event.get("sender"),
                 )
-            since = str(batch["next_batch"])
-            await self._position.save(since)
+            if batch["next_batch"] != since:  # an empty long-poll moves nothing: no write
+                since = str(batch["next_batch"])
+                await self._position.save(since)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
