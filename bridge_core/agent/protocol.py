@@ -267,13 +267,14 @@ class _Fields:
         )
 
     def text(self, name: str, *, required: bool, max_chars: int | None = None) -> str | None:
-        value = self.data.get(name)
-        if value is None:
+        if name not in self.data:
             if required:
                 raise self._fail(name, "is required (a string)")
             return None
-        if not isinstance(value, str):
-            raise self._fail(name, f"must be a string, got {type(value).__name__}")
+        value = self.data[name]
+        if not isinstance(value, str):  # null too: leave an optional field out instead
+            shown = "null" if value is None else type(value).__name__
+            raise self._fail(name, f"must be a string, got {shown}")
         if required and not value.strip():
             raise self._fail(name, "must not be empty")
         if max_chars is not None and len(value) > max_chars:
