@@ -185,13 +185,15 @@ class Outcome:
     extra: Counter[str]
     actions: Counter[str]
     agents_started: int
+    cross_gateway: int  # deliveries to an agent on another gateway than the turn was posted to
 
     def report(self) -> str:
         return (
             f"{self.turns} turns, {self.answered} answered at the platform, "
             f"{self.platform_duplicates} duplicate replies; {self.deliveries} deliveries to "
             f"agents, extra: {dict(self.extra)}; fleet: {dict(self.actions)}, "
-            f"{self.agents_started} agent processes"
+            f"{self.agents_started} agent processes; {self.cross_gateway} deliveries through "
+            "another gateway than the one the turn was posted to"
         )
 
 
@@ -229,13 +231,16 @@ def run_scenario(
     urls = [gw.url.replace("http://", "ws://") + "/v1/agents" for gw in started]
     fleet = Fleet(tmp_path, urls, rng)
     actions: Counter[str] = Counter()
+    admitted_at: dict[str, str] = {}  # turn text -> the socket URL of the gateway it was posted to
     try:
         for agent in [fleet.start() for _ in range(3)]:
             fleet.wait_hello(agent)
         time.sleep(0.4)  # the first members' settle (0.3 s): not needed for correctness
         with httpx.Client(timeout=10) as http:
             for i in range(count):
-                post_turn(http, rng.choice(started).url, i)
+                target = rng.choice(started)
+                admitted_at[f"turn {i}"] = target.url.replace("http://", "ws://") + "/v1/agents"
+                post_turn(http, target.url, i)
                 if i % 5 == 4:
                     actions[fleet.chaos()] += 1
                 time.sleep(0.05)
@@ -267,6 +272,10 @@ def run_scenario(
                 delivered[record["text"]].append(record)
             elif record["event"] == "ack":
                 acked.add((agent.name, record["turn"]))
+    urls_of = {agent.name: agent.url for agent in fleet.agents}
+    cross = sum(
+        1 for text, ds in delivered.items() for d in ds if urls_of[d["name"]] != admitted_at[text]
+    )
     extra: Counter[str] = Counter()
     for text, deliveries in delivered.items():
         deliveries.sort(key=lambda r: r["at"])
@@ -288,6 +297,7 @@ def run_scenario(
         extra=extra,
         actions=actions,
         agents_started=fleet.started,
+        cross_gateway=cross,
     )
 
 
@@ -314,6 +324,7 @@ def test_agent_processes_on_one_gateway(
         extra_args=[],
     )
     check(outcome)
+    assert outcome.cross_gateway == 0  # one gateway
 
 
 @pytest.mark.redis
@@ -342,3 +353,4 @@ def test_agent_processes_across_two_gateways(
         ],
     )
     check(outcome)
+    assert outcome.cross_gateway > 0  # turns reach agents through the shared log
