@@ -1,7 +1,9 @@
 """Fleet events as JSON lines, from standard input or a file followed as it grows.
 
 A line that cannot be read is logged with its line number and skipped: one bad line from a
-fleet must not stop the notifications of every other agent. Blank lines are ignored.
+fleet must not stop the notifications of every other agent: text with a lone surrogate or a NUL
+and JSON nested too deeply to read are such lines (ADR 0070); a byte that is not UTF-8 is read as
+U+FFFD, as a platform's would be. Blank lines are ignored.
 """
 
 from __future__ import annotations
@@ -44,12 +46,17 @@ async def read_lines(lines: ObjectReceiveStream[str], source: str, sink: EventSi
 async def read_stdin(sink: EventSink) -> None:
     """Events from standard input until it closes (a worker thread reads; the loop never blocks)."""
     number = 0
+    # Bytes, decoded here: a byte that is not UTF-8 must cost its line (a U+FFFD, then the
+    # event's own check), not end the whole feed with a UnicodeDecodeError.
+    stream = getattr(sys.stdin, "buffer", None)
+    read = stream.readline if stream is not None else sys.stdin.readline
     while True:
-        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-        if not line:
+        raw = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+        if not raw:
             log.info("events on standard input: end of input after %d lines", number)
             return
         number += 1
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         await _deliver(line, number, "stdin", sink)
 
 
