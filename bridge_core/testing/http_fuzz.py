@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 
 import anyio.from_thread
 import httpx
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 __all__ = [
     "ANY_TEXT",
     "assert_answered",
     "bodies",
+    "fuzz_settings",
     "header_values",
     "json_values",
     "serve_in_thread",
@@ -86,6 +88,16 @@ header_values = (
     .map(bytes)
     .map(lambda raw: raw.strip(b" \t") or b"x")
 )
+
+
+def fuzz_settings(max_examples: int) -> settings:
+    """Settings for a ``@given`` test against a served gateway: no deadline (a real request's time
+    varies with the machine's load) and one gateway shared by every example."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 def assert_answered(response: httpx.Response) -> None:

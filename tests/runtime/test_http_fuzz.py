@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge_core.config import parse_config
@@ -23,6 +23,7 @@ from bridge_core.testing.http_fuzz import (
     ANY_TEXT,
     assert_answered,
     bodies,
+    fuzz_settings,
     header_values,
     json_values,
     serve_in_thread,
@@ -30,11 +31,7 @@ from bridge_core.testing.http_fuzz import (
 
 TOKEN = "fuzz-token-0123456789"
 MAX_BODY = 64 * 1024
-FUZZ = settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings(120)
 
 
 @pytest.fixture(scope="module")

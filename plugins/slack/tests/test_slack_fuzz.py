@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge_core.config import parse_config
@@ -25,6 +25,7 @@ from bridge_core.testing.http_fuzz import (
     ANY_TEXT,
     assert_answered,
     bodies,
+    fuzz_settings,
     header_values,
     json_values,
     serve_in_thread,
@@ -32,11 +33,7 @@ from bridge_core.testing.http_fuzz import (
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 CHANNEL = "C0GENERAL"
-FUZZ = settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings(100)
 _ts = itertools.count(1_700_000_000)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge_core.config import parse_config
@@ -25,6 +25,7 @@ from bridge_core.testing.http_fuzz import (
     ANY_TEXT,
     assert_answered,
     bodies,
+    fuzz_settings,
     header_values,
     json_values,
     serve_in_thread,
@@ -32,11 +33,7 @@ from bridge_core.testing.http_fuzz import (
 
 CHANNEL = "19:fuzz0000@thread.tacv2"
 PATH = "/api/teams/messages"
-FUZZ = settings(
-    max_examples=80,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz_settings(80)
 
 
 @pytest.fixture
