@@ -136,6 +136,7 @@ class LoadedPlugin:
     version: str
     builtin: bool
     hooks: tuple[str, ...]
+    error: str | None = None  # "TypeError: ..." when one of its hooks raised
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +145,8 @@ class LoadedPlugin:
             "version": self.version,
             "builtin": self.builtin,
             "hooks": list(self.hooks),
+            "status": "broken" if self.error is not None else "ok",
+            "error": self.error,
         }
 
 
@@ -225,7 +228,11 @@ class ProviderRegistry:
         lines = [f"no provider named {name!r} is installed (installed providers: {installed})."]
         for broken in self._broken:
             if normalize_distribution_name(broken.distribution) == dist:
-                lines.append(f"{dist} is installed but broken: {broken.describe()}")
+                # The load error itself was logged when it happened: name it, do not repeat it.
+                lines.append(
+                    f"{dist} is installed but broken ({broken.error_type} when it loaded,"
+                    " reported above; `chatbridge plugins` shows it)."
+                )
                 break
         else:
             if dist in self._not_loaded:
@@ -264,6 +271,8 @@ class PluginManager:
         self.strict = strict
         self.broken: list[BrokenPlugin] = []
         self.not_loaded: list[str] = []  # distributions left out by CHATBRIDGE_LOAD_PLUGINS
+        self.missing: list[str] = []  # named by CHATBRIDGE_LOAD_PLUGINS but not installed
+        self.installed: set[str] = set()  # distributions with a bridge_core entry point
         self._origin: dict[str, tuple[str, str, bool]] = {}  # plugin name -> (dist, ver, builtin)
         self._providers: ProviderRegistry | None = None
         if trace:
@@ -358,6 +367,7 @@ class PluginManager:
             if key in seen:  # one distribution visible twice on sys.path
                 continue
             seen.add(key)
+            self.installed.add(distribution)
             if allowed is not None and distribution not in allowed:
                 if distribution not in self.not_loaded:
                     self.not_loaded.append(distribution)
@@ -376,17 +386,37 @@ class PluginManager:
                 builtin=False,
                 entry_point=label,
             )
+        for distribution in sorted((allowed or frozenset()) - self.installed):
+            self.missing.append(distribution)
+            # As llm does for LLM_LOAD_PLUGINS: a name that matches nothing is a typo or a
+            # plugin not installed here, never silently nothing.
+            installed = ", ".join(sorted(self.installed)) or "none"
+            logger.warning(
+                "%s names %s, which is not installed as a plugin here (installed plugin"
+                " distributions: %s); install it with `chatbridge install %s`, or correct the list",
+                LOAD_PLUGINS_VAR,
+                distribution,
+                installed,
+                distribution,
+            )
 
     # ------------------------------------------------------------------ what is loaded
 
     def plugins(self) -> list[LoadedPlugin]:
-        """Every registered plugin with its distribution and the hooks it implements."""
+        """Every registered plugin with its distribution, the hooks it implements, and the error
+        of a hook that raised (the providers are collected first, so that error is known)."""
+        try:
+            _ = self.providers
+        except ProviderNameClash:
+            pass  # the hooks all ran; the commands that need the providers report the clash
+        failed = {broken.entry_point: broken for broken in self.broken}
         out: list[LoadedPlugin] = []
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:
                 continue
             distribution, version, builtin = self._origin.get(name, ("unknown", "unknown", False))
             callers = self.pm.get_hookcallers(plugin) or []
+            broken = failed.get(name)
             out.append(
                 LoadedPlugin(
                     name=name,
@@ -394,6 +424,7 @@ class PluginManager:
                     version=version,
                     builtin=builtin,
                     hooks=tuple(sorted(caller.name for caller in callers)),
+                    error=f"{broken.error_type}: {broken.error}" if broken else None,
                 )
             )
         return sorted(out, key=lambda p: (not p.builtin, p.distribution, p.name))

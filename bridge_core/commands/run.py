@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import NoReturn
 
 import anyio
 import click
 
 from bridge_core.commands import config_option, load_cli_config
+from bridge_core.config import BridgeConfig
 from bridge_core.ledger import LedgerError, Schedule
 from bridge_core.ownership import LogUnavailable
 from bridge_core.runtime.agents import AgentLoadError
@@ -16,7 +18,34 @@ from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
 from bridge_core.runtime.logs import configure_logging
 from bridge_core.runtime.serve import config_secrets, exit_process, serve
 
-__all__ = ["command"]
+__all__ = ["LOG_LEVELS", "command", "serving_lines"]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# What stops a start, said in one line: the config or a store, never a bug's traceback.
+_STARTUP_ERRORS = (GatewayError, AgentLoadError, LedgerError, LogUnavailable)
+
+log = logging.getLogger("bridge_core.runtime")
+
+
+def serving_lines(config: BridgeConfig, gateway: Gateway) -> list[str]:
+    """What a started gateway serves, logged once after the gateway's own "serving N channel(s)
+    on URL" line (as datasette and uvicorn print theirs): each channel, where it posts and who
+    answers there, and the stores."""
+    lines = []
+    default_agent = gateway.options.default_agent
+    for name, channel in config.channels.items():
+        profile = config.profiles[channel.profile]
+        agent = channel.agent or default_agent
+        thread = f" thread {channel.thread}" if channel.thread else ""
+        answers = f"agent {agent}" if agent else "no agent (notifications only)"
+        lines.append(
+            f"channel {name}: {profile.provider} {channel.channel_id}{thread}"
+            f" (profile {channel.profile}), {answers}"
+        )
+    stores = config.stores
+    ledger = stores.ledger if stores.delivery_ledger else "off"
+    lines.append(f"stores: ledger {ledger}, membership {stores.membership}")
+    return lines
 
 
 @click.command("run")
@@ -46,7 +75,12 @@ __all__ = ["command"]
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -88,7 +122,15 @@ def command(
     ledger_sweep_interval: float | None,
 ) -> None:
     """Serve the configured channels: notifications, replies and the HTTP API."""
-    config = load_cli_config(config_path)
+    as_json = log_format == "json"
+    # Logging first, so that what loading the plugins and the config reports is in the chosen
+    # format too; the config's secrets are added to the redactor once it is read.
+    redactor = configure_logging(fmt="json" if as_json else "text", level=log_level.upper())
+    try:
+        config = load_cli_config(config_path)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), as_json=as_json)
+    redactor.add(config_secrets(config))
     if events == "-":
         readers = [
             name
@@ -96,15 +138,11 @@ def command(
             if getattr(profile.settings, "inbound", None) in ("-", "stdin")
         ]
         if readers:
-            raise click.ClickException(
+            _fail(
                 f'--events - and profile {readers[0]!r} (inbound = "-") would both read '
-                "standard input; give one of them a file instead"
+                "standard input; give one of them a file instead",
+                as_json=as_json,
             )
-    redactor = configure_logging(
-        fmt="json" if log_format == "json" else "text",
-        level=log_level.upper(),
-        secrets=config_secrets(config),
-    )
     options = GatewayOptions(
         host=host,
         port=port,
@@ -120,25 +158,35 @@ def command(
             Schedule(sweep_interval=ledger_sweep_interval) if ledger_sweep_interval else None
         ),
     )
+
+    def announce(started: Gateway) -> None:
+        for line in serving_lines(config, started):
+            log.info("%s", line)
+
     try:
         gateway = Gateway(config, options=options)
-        anyio.run(lambda: serve(gateway, events=events, ready_file=ready_file), backend="asyncio")
+        anyio.run(
+            lambda: serve(gateway, events=events, ready_file=ready_file, on_ready=announce),
+            backend="asyncio",
+        )
     except _STARTUP_ERRORS as exc:
-        logging.getLogger("bridge_core.runtime").error("%s", exc)
         # printed by click, past the log handler: a store URL's password must not ride along
-        raise click.ClickException(redactor.redact(str(exc))) from exc
+        _fail(redactor.redact(str(exc)), as_json=as_json)
     except BaseExceptionGroup as group:
         found = _startup_error(group)
         if found is None:
             raise
-        logging.getLogger("bridge_core.runtime").error("%s", found)
-        raise click.ClickException(redactor.redact(str(found))) from found
+        _fail(redactor.redact(str(found)), as_json=as_json)
     exit_process(0)
 
 
-# What a gateway that cannot start raises: shown as one plain line, never a traceback (an
-# unreachable Redis or PostgreSQL included).
-_STARTUP_ERRORS = (GatewayError, AgentLoadError, LedgerError, LogUnavailable)
+def _fail(message: str, *, as_json: bool) -> NoReturn:
+    """Stop with ``message``, said once: click's ``Error:`` line in text mode, one JSON log
+    object in JSON mode (where a plain line would break "every line is JSON")."""
+    if as_json:
+        log.error("%s", message)
+        raise SystemExit(1)
+    raise click.ClickException(message)
 
 
 def _startup_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:

@@ -250,14 +250,24 @@ def _read_config(path: Path | None) -> SimulateConfig:
 
 
 def _provider_profile(name: str) -> tuple[Capabilities, SendBudget, str]:
+    """An installed provider's declared capabilities and budget, else the built-in preset of a
+    platform whose plugin is not installed; any other name is a usage error saying which exist."""
+    missing = f"no provider named {name!r}"
     try:
         registry = get_plugin_manager().providers
         if name in registry:
             provider_type = registry[name]
             return provider_type.capabilities, provider_type.budget, "its plugin"
+        missing = registry.missing_message(name)
     except PluginError:
         pass
-    return FALLBACK_CAPABILITIES[name], FALLBACK_BUDGETS[name], "the built-in preset"
+    if name in FALLBACK_CAPABILITIES:
+        return FALLBACK_CAPABILITIES[name], FALLBACK_BUDGETS[name], "the built-in preset"
+    presets = ", ".join(sorted(FALLBACK_CAPABILITIES))
+    raise click.BadParameter(
+        f"{missing} Built-in presets, usable without their plugin: {presets}.",
+        param_hint="'-p' / '--provider'",
+    )
 
 
 # --------------------------------------------------------------------------- running
@@ -426,10 +436,12 @@ def _print(result: SimulationResult, console: Console, *, title: str) -> None:
     "-p",
     "--provider",
     "provider_name",
-    type=click.Choice(PROVIDERS),
     default="console",
     show_default=True,
-    help="Whose budget and capabilities to simulate.",
+    help=(
+        "Whose budget and capabilities to simulate: any installed provider, or one of "
+        f"{', '.join(PROVIDERS)} without its plugin."
+    ),
 )
 @click.option(
     "--config",
@@ -481,19 +493,29 @@ def command(
     console = Console(highlight=False)
     with tempfile.TemporaryDirectory() as folder:
         path = transcript if transcript is not None else Path(folder) / "transcript.jsonl"
-        with Progress(
-            console=Console(stderr=True), transient=True, disable=lines < PROGRESS_FROM
-        ) as progress:
-            result = run_simulation(
-                iter_log(events),
-                capabilities=capabilities,
-                budget=budget,
-                notify=notify,
-                transcript=path,
-                seed=seed,
-                progress=progress,
-                total=lines,
-            )
+        try:
+            with Progress(
+                console=Console(stderr=True), transient=True, disable=lines < PROGRESS_FROM
+            ) as progress:
+                result = run_simulation(
+                    iter_log(events),
+                    capabilities=capabilities,
+                    budget=budget,
+                    notify=notify,
+                    transcript=path,
+                    seed=seed,
+                    progress=progress,
+                    total=lines,
+                )
+        except (KeyboardInterrupt, BaseExceptionGroup) as interrupted:
+            # As `demo` and `run` do: one line and the shell's status for SIGINT, no traceback
+            # (the event loop may hand the interrupt back inside an exception group).
+            if isinstance(interrupted, BaseExceptionGroup) and (
+                interrupted.subgroup(KeyboardInterrupt) is None
+            ):
+                raise
+            click.echo("simulate interrupted; nothing was summarised", err=True)
+            raise SystemExit(130) from None
     if as_json:
         payload = result.to_json() | {
             "provider": provider_name,

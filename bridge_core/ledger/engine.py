@@ -48,6 +48,23 @@ class SweepReport:
     marked: int = 0
     skipped: int = 0
 
+    def __str__(self) -> str:
+        # For log lines: "nothing to send", or only the counts that are not zero.
+        counts = [
+            f"{value} {name}"
+            for name, value in (
+                ("delivered", self.delivered),
+                ("failed", self.failed),
+                ("abandoned", self.abandoned),
+                ("marked", self.marked),
+                ("skipped", self.skipped),
+            )
+            if value
+        ]
+        if not self.claimed and not counts:
+            return "nothing to send"
+        return f"{self.claimed} claimed" + (f": {', '.join(counts)}" if counts else "")
+
     def __add__(self, other: SweepReport) -> SweepReport:
         return SweepReport(
             self.claimed + other.claimed,

@@ -86,7 +86,11 @@ def render_agent(state: AgentState, *, clean: Cleaner, max_length: int, unit: Le
     where = clean(defuse(_clip(state.workspace, 60)))
     if state.outcome is not None:
         head = f"{ICONS[state.outcome]} {name} [{where}] {state.outcome.value}"
-        text = f"{head}: cost ${state.cost:.2f}, {state.turns} turns"
+        # Only what the event reported: no "cost $0.00, 0 turns" for an agent that gave neither.
+        details = [f"cost ${state.cost:.2f}"] if state.cost else []
+        if state.turns:
+            details.append(f"{state.turns} turn{'' if state.turns == 1 else 's'}")
+        text = f"{head}: {', '.join(details)}" if details else head
     elif state.gone is not None:
         reason = clean(defuse(_clip(state.gone, 300))) if state.gone else "no reason given"
         text = f"{GONE_ICON} {name} [{where}] gone: {reason}"

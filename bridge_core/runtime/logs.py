@@ -81,9 +81,15 @@ class JsonFormatter(logging.Formatter):
 
 
 class _TextFormatter(logging.Formatter):
+    """``2026-12-01T08:15:51.123Z INFO    logger: message``: an ISO 8601 date and time in UTC,
+    so lines from hosts in different zones, or either side of midnight, sort and compare."""
+
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
-        self.converter = time.gmtime
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        return f"{stamp}.{int(record.msecs):03d}Z"
 
 
 def configure_logging(

@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,14 +89,18 @@ async def serve(
     events: str | None = None,
     ready_file: Path | None = None,
     handle_signals: bool = True,
+    on_ready: Callable[[Gateway], None] | None = None,
 ) -> None:
-    """Run ``gateway`` until it stops; ``events`` is ``-`` (stdin) or a file to follow."""
+    """Run ``gateway`` until it stops; ``events`` is ``-`` (stdin) or a file to follow;
+    ``on_ready`` is called once, when it serves (``chatbridge run`` says what it serves)."""
     async with anyio.create_task_group() as tg:
         if handle_signals:
             tg.start_soon(_watch_signals, gateway)
 
         async def once_ready() -> None:
             await gateway.ready.wait()
+            if on_ready is not None:
+                on_ready(gateway)
             if events is not None:
                 tg.start_soon(_feed_events, gateway, events)
             if ready_file is not None:

@@ -258,3 +258,49 @@ def test_a_plugin_whose_hook_failed_is_named_when_its_provider_is_asked_for() ->
     manager.register(_RegistersJunk(), name="junk", distribution="bridge-junk", builtin=False)
     with pytest.raises(UnknownProvider, match="bridge-junk is installed but broken"):
         manager.providers.get("junk")
+
+
+def test_a_plugin_whose_hook_raised_is_listed_as_broken_with_its_error() -> None:
+    manager = create_plugin_manager(load_entry_points=False)
+    manager.register(_RegistersJunk(), name="junk", distribution="bridge-junk", builtin=False)
+    listed = {plugin.name: plugin.to_json() for plugin in manager.plugins()}
+    assert listed["junk"]["status"] == "broken"
+    assert listed["junk"]["error"].startswith("TypeError: register() takes a ProviderType")
+    assert listed["bridge_core.providers.console"]["status"] == "ok"
+    assert len(manager.broken) == 1  # listing twice does not report twice
+    manager.plugins()
+    assert len(manager.broken) == 1
+
+
+def test_the_load_variable_naming_an_uninstalled_plugin_warns(
+    installed_plugins: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="bridge_core.plugins"):
+        manager = create_plugin_manager(environ=only("bridge-echotest", "bridge-echotset"))
+    assert manager.missing == ["bridge-echotset"]
+    assert "echotest" in manager.providers
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, warned
+    assert "CHATBRIDGE_LOAD_PLUGINS names bridge-echotset, which is not installed" in warned[0]
+    assert "bridge-echotest" in warned[0]  # the installed ones are listed
+
+
+def test_a_broken_plugin_is_described_once_when_a_config_uses_its_provider(
+    plugin_site: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        '[profiles.x]\nprovider = "brokentest"\n[channels.a]\nprofile = "x"\nchannel_id = "c"\n',
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(plugin_site), LOAD_PLUGINS_VAR: "bridge-brokentest"}
+    result = subprocess.run(
+        [sys.executable, "-c", "from bridge_core.cli import main; main()", "check", "-c", config],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("boom: bridge_brokentest cannot be imported") == 1, result.stderr
+    assert "bridge-brokentest is installed but broken (RuntimeError" in result.stderr

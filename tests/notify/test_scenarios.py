@@ -138,7 +138,8 @@ async def test_d_teams_budget_holds_over_an_hour(open_channel) -> None:
     assert_paced(entries, TEAMS_BUDGET)
     for i, name in enumerate(names):
         last = [e for e in entries if f" {name} [" in e.text][-1]
-        assert ("done" if i % 4 else "killed") in last.text and f"{i} turns" in last.text
+        turns = "" if i == 0 else ", 1 turn" if i == 1 else f", {i} turns"
+        assert f"{'done' if i % 4 else 'killed'}: cost $2.00{turns}" in last.text
     assert sorted(ch.waits) == sorted(names)
 
 
