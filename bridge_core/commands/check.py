@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bridge_core.commands import config_option, load_cli_config
 from bridge_core.commands.providers import describe_budget
 from bridge_core.config import BridgeConfig, masked, masked_url
+
+if TYPE_CHECKING:
+    from bridge_core.runtime.probes import Probe
 
 __all__ = ["command", "resolved_view"]
 
@@ -41,13 +46,31 @@ def resolved_view(config: BridgeConfig) -> dict[str, Any]:
 @click.command("check")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved config as JSON.")
-def command(config_path: Path | None, as_json: bool) -> None:
+@click.option(
+    "--connect",
+    is_flag=True,
+    help="Also connect to the stores and ask each channel's platform whether the bot can post.",
+)
+def command(config_path: Path | None, as_json: bool, connect: bool) -> None:
     """Validate the config file and print the resolved profiles and channels."""
     config = load_cli_config(config_path)
+    # What `run` would refuse at start fails here too, and --connect what it would fail on soon.
+    problems = _start_problems(config)
+    probes = _probes(config) if connect and not problems else []
     view = resolved_view(config)
+    failed = bool(problems) or any(not probe.ok for probe in probes)
     if as_json:
+        view["problems"] = problems
+        if connect:
+            view["connect"] = [probe.to_json() for probe in probes]
         click.echo(json.dumps(view, indent=2))
+        if failed:
+            raise SystemExit(1)
         return
+    if problems:
+        raise click.ClickException(
+            f"{view['file']}: `chatbridge run` would refuse to start\n" + "\n".join(problems)
+        )
     console = Console(highlight=False)
     console.print(f"[green]✓[/] {view['file']} is valid", markup=True)
     profiles = Table(title="profiles")
@@ -83,3 +106,20 @@ def command(config_path: Path | None, as_json: bool) -> None:
     )
     token = "token set" if config.api.token is not None else "no token"
     console.print(f"api: http://{config.api.host}:{config.api.port} ({token})")
+    for probe in probes:
+        mark = "[green]✓[/]" if probe.ok else "[red]✗[/]"
+        console.print(f"{mark} {escape(probe.what)}: {escape(probe.detail)}")
+    if failed:
+        raise click.ClickException("a store or a platform did not answer as it should (above)")
+
+
+def _start_problems(config: BridgeConfig) -> list[str]:
+    from bridge_core.runtime.probes import start_problems  # the runtime only when checking
+
+    return start_problems(config)
+
+
+def _probes(config: BridgeConfig) -> list[Probe]:
+    from bridge_core.runtime.probes import probe_config
+
+    return anyio.run(probe_config, config)

@@ -2,12 +2,19 @@
 
 ``.ci/run`` sets ``BRIDGE_REQUIRE_SERVICES=1``, which turns "service not available" into a test
 failure, so CI can never pass by skipping the tests that need the real servers.
+
+Where they are: ``BRIDGE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``: database 15, not
+the 0 an application on the same machine most likely uses) and ``BRIDGE_TEST_POSTGRES_URL``
+(default ``postgresql://postgres@127.0.0.1:5432/test``, the database ``.ci/run`` makes sure of).
+Every test keeps to its own key prefix or table prefix there, and a test is skipped (failed under
+CI) when the host and port of its URL do not answer.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -21,7 +28,7 @@ __all__ = [
 ]
 
 REQUIRE_SERVICES_VAR = "BRIDGE_REQUIRE_SERVICES"
-REDIS_URL = os.environ.get("BRIDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = os.environ.get("BRIDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 POSTGRES_URL = os.environ.get(
     "BRIDGE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
@@ -43,15 +50,22 @@ def service_unavailable(what: str) -> None:
     pytest.skip(message)
 
 
+def _where(url: str, default_port: int) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or default_port
+
+
 def require_redis() -> str:
     """The Redis URL for tests; skips (or fails under CI) when Redis does not answer."""
-    if not _answers("127.0.0.1", 6379):
-        service_unavailable("Redis at 127.0.0.1:6379")
+    host, port = _where(REDIS_URL, 6379)
+    if not _answers(host, port):
+        service_unavailable(f"Redis at {host}:{port} (BRIDGE_TEST_REDIS_URL)")
     return REDIS_URL
 
 
 def require_postgres() -> str:
     """The PostgreSQL URL for tests; skips (or fails under CI) when PostgreSQL does not answer."""
-    if not _answers("127.0.0.1", 5432):
-        service_unavailable("PostgreSQL at 127.0.0.1:5432")
+    host, port = _where(POSTGRES_URL, 5432)
+    if not _answers(host, port):
+        service_unavailable(f"PostgreSQL at {host}:{port} (BRIDGE_TEST_POSTGRES_URL)")
     return POSTGRES_URL
