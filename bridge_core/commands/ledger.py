@@ -7,6 +7,8 @@ transactions; a retried row is picked up by the running gateway's next sweep.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
 import json
 import re
 import time
@@ -23,7 +25,32 @@ from rich.table import Table
 from bridge_core.commands import config_option, load_cli_config
 from bridge_core.ledger import LedgerError, LedgerStore, Obligation, State, open_store
 
-__all__ = ["command", "parse_age"]
+__all__ = ["SHORT_ID_LENGTH", "command", "parse_age", "short_id"]
+
+SHORT_ID_LENGTH = 10
+# How many rows a short id is looked up among (newest first): every row a person would retry.
+_SHORT_ID_SCAN = 1_000_000
+
+
+def short_id(obligation_id: str) -> str:
+    """A row's id as ``ledger list`` shows it: 10 hex digits, safe to paste into a shell (the
+    full id holds ``|``, which a shell reads as a pipe). ``--json`` keeps the full id."""
+    return hashlib.sha256(obligation_id.encode("utf-8", "surrogatepass")).hexdigest()[
+        :SHORT_ID_LENGTH
+    ]
+
+
+async def _full_id(store: LedgerStore, given: str) -> str | None:
+    """The full id of the row ``given`` names: its full id, or its short id."""
+    if await store.get(given) is not None:
+        return given
+    if not re.fullmatch(f"[0-9a-f]{{{SHORT_ID_LENGTH}}}", given):
+        return None
+    for row in await store.rows(limit=_SHORT_ID_SCAN):
+        if short_id(row.id) == given:
+            return row.id
+    return None
+
 
 T = TypeVar("T")
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -82,9 +109,15 @@ def _when(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _clip(text: str, width: int) -> str:
+    line = " ".join(text.split())  # one line per row: newlines would break the table's rhythm
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def _row_json(row: Obligation) -> dict[str, Any]:
     return {
         "id": row.id,
+        "short_id": short_id(row.id),
         "state": row.state.value,
         "profile": row.profile,
         "platform": row.platform,
@@ -171,23 +204,20 @@ def list_command(
         for row in rows:
             click.echo(json.dumps(_row_json(row), ensure_ascii=False))
         return
-    table = Table(title=f"{len(rows)} rows")
-    for column in ("created", "state", "tries"):
-        table.add_column(column, no_wrap=True)
-    for column in ("profile", "channel", "text", "last error", "id"):
-        table.add_column(column, overflow="fold")
+    # Readable at 80 columns: per row one line with the short id (what `ledger retry` takes),
+    # the time in UTC, the state, tries and channel, then the text and the last error indented,
+    # each cut to the terminal's width; --json has every field in full.
+    console = Console(highlight=False)
+    say = functools.partial(console.print, markup=False, no_wrap=True, overflow="ellipsis")
+    say(f"{len(rows)} rows, newest first (times UTC; every field in full: --json)")
     for row in rows:
-        table.add_row(
-            _when(row.created_at),
-            row.state.value,
-            f"{row.attempts}/{row.resends}",
-            row.profile,
-            f"{row.platform}:{row.channel}",
-            row.text if len(row.text) <= 40 else row.text[:39] + "…",
-            row.last_error or "",
-            row.id,
+        say(
+            f"{short_id(row.id)}  {_when(row.created_at)}  {row.state.value:<10}  "
+            f"tries {row.attempts}/{row.resends}  {row.platform}:{row.channel}"
         )
-    Console(highlight=False).print(table)
+        say("    " + _clip(row.text, console.width))
+        if row.last_error:
+            say("    ✗ " + _clip(row.last_error, console.width))
 
 
 @command.command("retry")
@@ -196,25 +226,44 @@ def list_command(
 def retry_command(target: _Target, obligation_id: str) -> None:
     """Send an abandoned reply again (with a fresh resend budget).
 
+    OBLIGATION_ID is the short id `ledger list` shows, or the full id of `ledger list --json`.
     The running gateway serving its profile picks it up at its next sweep; a reply that was
     tried before goes out with the recovery marker.
     """
 
-    async def work(store: LedgerStore) -> Obligation | str | None:
-        row = await store.retry(obligation_id, now=time.time())
+    async def work(store: LedgerStore) -> tuple[str, Obligation | str] | None:
+        full = await _full_id(store, obligation_id)
+        if full is None:
+            return None
+        before = await store.get(full)
+        row = await store.retry(full, now=time.time())
         if row is not None:
-            return row
-        current = await store.get(obligation_id)
-        return None if current is None else current.state.value
+            return full, before if before is not None else row
+        current = await store.get(full)
+        return None if current is None else (full, current.state.value)
 
     result = _run(target, work)
     if result is None:
-        raise click.ClickException(f"no row {obligation_id!r} in the ledger")
-    if isinstance(result, str):
         raise click.ClickException(
-            f"row {obligation_id!r} is {result}, not abandoned: only abandoned rows are retried"
+            f"no row {obligation_id!r} in the ledger (give the id `ledger list` shows)"
         )
-    click.echo(f"{obligation_id}: pending again; the gateway sends it at its next sweep")
+    full, found = result
+    if isinstance(found, str):
+        raise click.ClickException(
+            f"row {obligation_id!r} is {found}, not abandoned: only abandoned rows are retried"
+        )
+    click.echo(f"{short_id(full)}: pending again; the gateway sends it at its next sweep")
+    if (found.last_error or "").startswith("Unreachable"):
+        # A gateway that gave the channel up abandons the row again at once (ADR 0013: an
+        # Unreachable channel is given up until the gateway starts again).
+        click.echo(
+            f"note: it was abandoned because {found.platform} channel {found.channel!r} was "
+            f"unreachable ({found.last_error}). A running gateway that has given that channel up "
+            "abandons it again at once: fix the cause (the bot's access, the channel id), restart "
+            "the gateway serving profile "
+            f"{found.profile!r} (a start gives every channel a fresh chance), then retry it.",
+            err=True,
+        )
 
 
 @command.command("purge")
