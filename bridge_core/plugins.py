@@ -241,7 +241,10 @@ class ProviderRegistry:
                     " add it to that comma-separated list."
                 )
             else:
-                lines.append(f"Install it with: pip install {dist}")
+                lines.append(
+                    f"Install it with: chatbridge install {dist}"
+                    " (pip, into the environment chatbridge runs in)"
+                )
         return " ".join(lines)
 
 

@@ -33,6 +33,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "providers",
     "plugins",
     "ledger",
+    "init",
+    "install",
+    "uninstall",
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -177,7 +177,7 @@ def test_an_uninstalled_provider_lists_the_installed_and_the_pip_line(
         parse_config({"profiles": {"team": {"provider": "slack"}}}, providers=providers)
     message = problems_of(caught)["profiles.team.provider"]
     assert "installed providers: console" in message
-    assert "pip install bridge-slack" in message
+    assert "chatbridge install bridge-slack" in message
 
 
 def test_provider_settings_are_validated_by_the_providers_model(

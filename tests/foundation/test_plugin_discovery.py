@@ -178,7 +178,7 @@ def test_an_unknown_provider_says_what_is_installed_and_how_to_install() -> None
         manager.providers.get("slack")
     assert isinstance(caught.value, LookupError)
     assert "installed providers: console" in str(caught.value)
-    assert "pip install bridge-slack" in str(caught.value)
+    assert "chatbridge install bridge-slack" in str(caught.value)
 
 
 def test_a_broken_distribution_is_named_when_its_provider_is_asked_for(
