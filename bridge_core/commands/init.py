@@ -22,9 +22,10 @@ from pydantic.fields import FieldInfo
 from bridge_core.commands import get_plugin_manager
 from bridge_core.plugins import PluginError
 
-__all__ = ["command", "starter_files"]
+__all__ = ["FILL_IN", "command", "starter_files"]
 
 _WIDTH = 99
+FILL_IN = '"FILL IN"'  # what a required setting with no example starts as: check names it
 # A channel id each platform accepts the look of; the comment says to replace it.
 _EXAMPLE_CHANNEL = {"slack": "C0123456789", "discord": "123456789012345678", "console": "console"}
 
@@ -73,7 +74,9 @@ def _settings_lines(
             else:
                 lines.append(f"# {reference}")
         elif field.is_required():
-            lines.append(f'{key} = "FILL IN"  # required: see above')
+            # The provider's own example when it declares one (Field(examples=[...])).
+            example = _toml(field.examples[0]) if field.examples else None
+            lines.append(f"{key} = {example or FILL_IN}  # required: replace it (see above)")
         else:
             default = field.get_default(call_default_factory=True)
             shown = _toml(default) if default is not None else None
