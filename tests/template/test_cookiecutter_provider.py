@@ -11,7 +11,6 @@ from it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,27 +21,14 @@ from pathlib import Path
 import pytest
 from cookiecutter.main import cookiecutter
 
-REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "cookiecutter-provider"
-
-
-def _environment() -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        # The outer environment must not leak in: plugin filters, the active venv, pytest's own.
-        if not key.startswith(("CHATBRIDGE_", "PYTEST_", "VIRTUAL_ENV", "PYTHONPATH"))
-    }
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+from .conftest import REPO, TEMPLATE, ReadmeProject, clean_environment, readme_commands
 
 
 def _run(command: list[str], *, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         command,
         cwd=cwd,
-        env=_environment(),
+        env=clean_environment(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -89,16 +75,9 @@ def test_generated_names(tmp_path: Path) -> None:
     assert leftovers == [], f"unrendered template variables in {leftovers}"
 
 
-def _readme_commands(project: Path) -> str:
-    readme = (project / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"<!-- try-it -->\n```bash\n(.*?)```\n<!-- /try-it -->", readme, re.S)
-    assert found is not None, "the generated README has no commands between try-it markers"
-    return found.group(1)
-
-
 def test_the_readme_installs_bridge_core_from_this_checkout(tmp_path: Path) -> None:
     project = Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path)))
-    commands = _readme_commands(project).splitlines()
+    commands = readme_commands(project).splitlines()
     # bridge-core from the checkout, before the project, whose own install then finds it
     # installed instead of asking an index that does not have it.
     assert commands[:3] == [
@@ -127,34 +106,21 @@ def test_ruff_passes_on_the_generated_code(tmp_path: Path, name: str) -> None:
     _run([ruff, "format", "--check", "--no-cache", "."], cwd=project, timeout=60)
 
 
-def test_the_readme_commands_install_the_project_and_its_tests_pass(tmp_path: Path) -> None:
-    project = Path(cookiecutter(str(TEMPLATE), no_input=True, output_dir=str(tmp_path / "out")))
-    # Exactly the README's commands, in the project as generated; -v (through the environment,
-    # not the commands) so the run names the tests it passed.
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", _readme_commands(project)],
-        cwd=project,
-        env={**_environment(), "PYTEST_ADDOPTS": "-v"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert ran.returncode == 0, (
-        f"the README's commands exited {ran.returncode}\n"
-        f"--- stdout ---\n{ran.stdout[-6000:]}\n--- stderr ---\n{ran.stderr[-6000:]}"
-    )
+def test_the_readme_commands_install_the_project_and_its_tests_pass(
+    readme_project: ReadmeProject, tmp_path: Path
+) -> None:
+    project, stdout = readme_project.path, readme_project.stdout
     # The conformance suite, the respx client tests and the plugin's tests all ran, and passed.
-    assert re.search(r"^=+ \d+ passed", ran.stdout, re.M), ran.stdout[-3000:]
+    assert re.search(r"^=+ \d+ passed", stdout, re.M), stdout[-3000:]
     for name in (
         "TestAcmeChatConformance::test_fault_maps_onto_the_taxonomy[rate_limited-post] PASSED",
         "TestAcmeChatConformance::test_secrets_never_leak PASSED",
         "test_client.py::test_a_429_with_retry_after_is_rate_limited_with_that_wait PASSED",
         "test_plugin.py::test_bridge_core_lists_the_provider_with_its_distribution PASSED",
     ):
-        assert name in ran.stdout, f"{name!r} not in the generated project's test run"
+        assert name in stdout, f"{name!r} not in the generated project's test run"
     # The README's last command, `chatbridge providers`, lists the new provider.
-    assert re.search(r"│ acme-chat\s+│ bridge-ac", ran.stdout), ran.stdout[-2000:]
+    assert re.search(r"│ acme-chat\s+│ bridge-ac", stdout), stdout[-2000:]
 
     chatbridge = project / ".venv" / "bin" / "chatbridge"
     listed = _run([str(chatbridge), "providers", "--json"], cwd=tmp_path, timeout=120)
@@ -175,7 +141,7 @@ def test_the_readme_commands_install_the_project_and_its_tests_pass(tmp_path: Pa
     checked = subprocess.run(
         [str(chatbridge), "check", "--json", "-c", str(tmp_path / "bridge.toml")],
         cwd=tmp_path,
-        env={**_environment(), "ACME_CHAT_TOKEN": "token-from-the-environment"},
+        env={**clean_environment(), "ACME_CHAT_TOKEN": "token-from-the-environment"},
         capture_output=True,
         text=True,
         timeout=120,
