@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "init",
     "install",
     "uninstall",
+    "top",
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -128,6 +128,21 @@ class Notifier:
             rejected=self._outbox.rejected,
         )
 
+    def live_view(self) -> list[dict[str, str]]:
+        """The agents it holds, latest first: name, workspace, where they stand, their status."""
+        agents = sorted(self._agents.values(), key=lambda agent: -agent.spawned_at)
+        return [
+            {
+                "agent": agent.name,
+                "workspace": agent.workspace,
+                "phase": agent.phase.name.lower(),
+                "status": agent.status,
+                "outcome": agent.finished.outcome.value if agent.finished else "",
+                "gone": agent.gone or "",
+            }
+            for agent in agents
+        ]
+
     @property
     def live_agents(self) -> int:
         """Agents the notifier holds state for (its memory is bounded by this)."""

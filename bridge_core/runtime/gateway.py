@@ -77,6 +77,7 @@ from bridge_core.runtime.http_api import (
 from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
 from bridge_core.runtime.options import GatewayError, GatewayOptions, check_bind
 from bridge_core.runtime.placement import FleetBus, NotifierPlacement, wait_until
+from bridge_core.runtime.status import gateway_status
 from bridge_core.sending import Post, Priority
 from bridge_core.text import valid_text
 
@@ -495,6 +496,9 @@ class Gateway:
             for name, provider in self.providers.items()
         }
         return Health(channels=channels, providers=providers)
+
+    async def status(self) -> dict[str, Any]:
+        return await gateway_status(self)
 
     async def ledger_counts(self) -> dict[str, int]:
         if self._ledger is None:

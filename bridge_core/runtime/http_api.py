@@ -7,6 +7,8 @@ Routes::
                         is durably recorded in the ledger {"obligation", "duplicate"}
     GET  /healthz       per channel and provider; 503 naming the unhealthy ones
     GET  /metrics       Prometheus text
+    GET  /v1/status     channels (health, budget use, live messages, members) and the ledger
+                        by state, for `chatbridge top` (runtime.status)
     GET  /v1/agents     the agent socket (WebSocket; ``runtime.agent_socket``), when served
     <provider routes>   each provider's ``http_routes(sink)`` (Slack Events, Teams), unauthenticated
                         here because the platforms sign their own requests
@@ -126,6 +128,9 @@ class ApiBackend(Protocol):
     async def health(self) -> Health: ...
 
     async def metrics_text(self) -> bytes: ...
+
+    async def status(self) -> dict[str, Any]:
+        """``GET /v1/status`` (bridge_core.runtime.status)."""
 
 
 def _error(exc: ApiError) -> web.Response:
@@ -336,6 +341,9 @@ def build_app(
         }
         return web.json_response(body, status=503 if unhealthy else 200)
 
+    async def get_status(request: web.Request) -> web.Response:
+        return web.json_response(await backend.status())
+
     async def get_metrics(request: web.Request) -> web.Response:
         body = await backend.metrics_text()
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
@@ -344,6 +352,7 @@ def build_app(
     app.router.add_post("/v1/events", post_events)
     app.router.add_post("/v1/messages", post_messages)
     app.router.add_get("/healthz", get_health)
+    app.router.add_get("/v1/status", get_status)
     app.router.add_get("/metrics", get_metrics)
     if agent_socket is not None:
         app.router.add_get(AGENT_SOCKET_PATH, agent_socket)

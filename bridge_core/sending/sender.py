@@ -50,6 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import random as random_module
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -154,6 +155,7 @@ class ChannelSender:
         self.budget = budget
         self.recheck_interval = recheck_interval
         self.stats = SenderStats()
+        self.sent_at: deque[float] = deque(maxlen=4096)  # recent attempts, for `chatbridge top`
         self._random = random if random is not None else random_module.Random()
         self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
         self._queues: list[dict[Hashable, _Work]] = [{} for _ in Priority]
@@ -474,6 +476,7 @@ class ChannelSender:
         del queue[work.key]
         now = anyio.current_time()
         self.stats.sends += 1
+        self.sent_at.append(now)
         self._inflight = work
         try:
             if isinstance(op, Post):
