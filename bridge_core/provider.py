@@ -62,6 +62,7 @@ __all__ = [
     "ProviderError",
     "RateLimited",
     "SendBudget",
+    "StreamingMode",
     "TransportError",
     "Unreachable",
     "Window",
@@ -328,14 +329,38 @@ class LengthUnit(enum.Enum):
     BYTES = "bytes"  # UTF-8 bytes of the payload
 
 
+class StreamingMode(enum.Enum):
+    """How a provider shows a reply while an agent is still writing it (ADR 0090)."""
+
+    EDIT = "edit"
+    """One message, edited in place as the text grows (the default where edits exist)."""
+    NATIVE = "native"
+    """The platform's own streaming calls (``stream_start`` / ``stream_append`` /
+    ``stream_stop``), each paced by the channel's sender like an edit."""
+    NONE = "none"
+    """Nothing until the end: the final text is posted once (platforms without edits)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
+    """What a platform can do. ``streaming``: how a reply shows while it is written
+    (``streaming_mode`` resolves it: ``EDIT`` by default, ``NONE`` without ``edit``)."""
+
     edit: bool
     max_length: int
     length_unit: LengthUnit = LengthUnit.CHARACTERS
     threads: bool = False
     inbound: bool = False
     probe: bool = False
+    streaming: StreamingMode | None = None
+
+    @property
+    def streaming_mode(self) -> StreamingMode:
+        """``streaming`` as declared, else ``EDIT``; always ``NONE`` without ``edit`` (a streamed
+        reply ends with an edit of its message, so a copy with ``edit=False`` streams nothing)."""
+        if not self.edit:
+            return StreamingMode.NONE
+        return self.streaming if self.streaming is not None else StreamingMode.EDIT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -345,6 +370,7 @@ class Capabilities:
             "threads": self.threads,
             "inbound": self.inbound,
             "probe": self.probe,
+            "streaming": self.streaming_mode.value,
         }
 
 
@@ -477,6 +503,21 @@ class ChatProvider:
 
     async def edit(self, ref: MessageRef, text: str) -> MessageRef:
         raise Unreachable(f"provider {self.name!r} cannot edit messages (capabilities.edit=False)")
+
+    async def stream_start(
+        self, channel: str, text: str, *, thread: str | None = None
+    ) -> MessageRef:
+        """``StreamingMode.NATIVE``: open a streamed message showing ``text``."""
+        raise Unreachable(f"provider {self.name!r} has no native streaming (capabilities)")
+
+    async def stream_append(self, ref: MessageRef, text: str) -> MessageRef:
+        """``StreamingMode.NATIVE``: append ``text`` (a delta) to the streamed message."""
+        raise Unreachable(f"provider {self.name!r} has no native streaming (capabilities)")
+
+    async def stream_stop(self, ref: MessageRef, text: str) -> MessageRef:
+        """``StreamingMode.NATIVE``: append ``text`` (may be empty) and end the stream; the
+        message is an ordinary, finished message afterwards."""
+        raise Unreachable(f"provider {self.name!r} has no native streaming (capabilities)")
 
     async def probe(self, channel: str) -> bool | None:
         """Whether the bot can post to ``channel``; ``None`` when the provider cannot tell cheaply

@@ -12,13 +12,16 @@ One JSON object per line::
     {"t": 30, "fault": "rate_limited", "retry_after": 5}
     {"t": 40, "fault": "not_found"}
     {"t": 50, "fault": "forbidden"}
+    {"t": 60, "reply": "r1", "delta": "The answer "}
+    {"t": 61, "reply": "r1", "end": true}
 
 ``t`` is seconds from the start, never goes back and stays within ``HORIZON`` (30 days: a longer
 replay takes minutes per month of virtual time, and ``1e308`` would never end); a fault makes the
 next send at or after ``t`` fail with that error. The log is streamed, never held whole: one pass
 checks every line (a bad one is refused with its line number before anything runs: not UTF-8,
 not JSON, nested too deeply, longer than ``MAX_LINE_BYTES``, a bad event or ``t``), a second
-replays it. The optional ``--config`` TOML file holds::
+replays it. Reply lines stream a reply to the channel as an agent would (``simulate_streams``);
+the summary says what each reply cost. The optional ``--config`` TOML file holds::
 
     budget = "teams"            # or a table: { burst = 7, per_hour = 1800 }
     edit = false                # pretend the platform cannot edit
@@ -53,6 +56,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bridge_core.commands import get_plugin_manager
+from bridge_core.commands.simulate_streams import (
+    ReplyLine,
+    ReplySends,
+    SimulatedReplies,
+    reply_line,
+)
 from bridge_core.config import BudgetSpec, NotifySettings, known_event_kinds, resolve_budget
 from bridge_core.events import AgentFinished, AgentGone, EventError, FleetEvent, parse_event
 from bridge_core.notify import Notifier, NotifyConfig
@@ -116,7 +125,7 @@ class Fault:
     error: ProviderError
 
 
-LogItem = tuple[float, FleetEvent | Fault]
+LogItem = tuple[float, FleetEvent | Fault | ReplyLine]
 
 
 def _fault(data: dict[str, Any]) -> Fault:
@@ -172,6 +181,8 @@ def _line(text: str, previous: float) -> LogItem:
         raise ValueError(f'"t" goes back in time ({t} after {previous}); sort the log by t')
     if "fault" in data:
         return float(t), _fault(data)
+    if "reply" in data:
+        return float(t), reply_line(data)
     event_data = {k: v for k, v in data.items() if k != "t"}
     try:
         return float(t), parse_event(event_data)
@@ -286,6 +297,7 @@ class SimulationResult:
     violations: list[str] = field(default_factory=list)
     rate_limit_pauses: int = 0
     healthy: bool = True
+    replies: dict[str, ReplySends] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         waits = sorted(self.waits.values())
@@ -303,6 +315,7 @@ class SimulationResult:
             "violations": self.violations,
             "rate_limit_pauses": self.rate_limit_pauses,
             "healthy": self.healthy,
+            "replies": {name: sends.to_json() for name, sends in sorted(self.replies.items())},
         }
 
 
@@ -325,9 +338,10 @@ def run_simulation(
     task = progress.add_task("replaying", total=total) if progress else None
     ended: set[str] = set()  # agents whose terminal event this channel is notified of
     replayed = 0
+    replies: SimulatedReplies | None = None
 
     async def main() -> None:
-        nonlocal replayed
+        nonlocal replayed, replies
         provider = ConsoleProvider(
             ConsoleSettings(transcript=transcript, output="none"), run_prefix="sim"
         )
@@ -344,11 +358,15 @@ def run_simulation(
         async with anyio.create_task_group() as group:
             group.start_soon(sender.run)
             group.start_soon(notifier.run)
+            replies = SimulatedReplies(sender, provider, group)
+            await replies.open()
             for index, (t, item) in enumerate(items):
                 if t > anyio.current_time():  # simultaneous lines go in without a scheduler pass
                     await anyio.sleep_until(t)
                 if isinstance(item, Fault):
                     provider.script_fault(CHANNEL, item.error)
+                elif isinstance(item, ReplyLine):
+                    replies.handle(item)
                 else:
                     notifier.handle(item)
                     if _notifies_an_end(item, notify):
@@ -356,9 +374,10 @@ def run_simulation(
                 if progress is not None and task is not None and index % 1000 == 0:
                     progress.update(task, completed=index)
                 replayed = index + 1
+            replies.end_all()  # a reply the log never ended ends with it
             with anyio.move_on_after(drain_limit):
                 # Virtual time: polling costs nothing and needs no hook in the notifier.
-                while not (notifier.idle and sender.idle):  # noqa: ASYNC110
+                while not (notifier.idle and sender.idle and replies.idle):  # noqa: ASYNC110
                     await anyio.sleep(1.0)
             result.virtual_seconds = anyio.current_time()
             result.rate_limit_pauses = sender.stats.rate_limit_pauses
@@ -379,6 +398,11 @@ def run_simulation(
     violations = check_budget(entries, budget) + check_edit_spacing(entries, budget.edit_spacing)
     result.violations = [str(v) for v in violations]
     result.undelivered = sorted(ended - set(result.waits))
+    if replies is not None:
+        result.replies = replies.sends(entries)
+        result.undelivered += sorted(
+            f"reply {name}" for name, sends in result.replies.items() if not sends.delivered
+        )
     return result
 
 
@@ -425,6 +449,19 @@ def _print(result: SimulationResult, console: Console, *, title: str) -> None:
             detail.add_row(agent, f"{wait:.1f} s")
         if len(ranked) > WAITS_LISTED:
             detail.add_row(f"... {len(ranked) - WAITS_LISTED} more", "")
+        console.print(detail)
+    if result.replies:
+        detail = Table(title="sends per streamed reply")
+        for column in ("reply", "posts", "edits", "first text after", "final after end"):
+            detail.add_column(column, justify="left" if column == "reply" else "right")
+        for name, sends in sorted(result.replies.items())[:WAITS_LISTED]:
+            detail.add_row(
+                name,
+                str(sends.posts),
+                str(sends.edits),
+                "-" if sends.first_text_after is None else f"{sends.first_text_after:.1f} s",
+                "-" if sends.final_after is None else f"{sends.final_after:.1f} s",
+            )
         console.print(detail)
     for violation in result.violations[:10]:
         console.print(f"violation: {violation}", markup=False)
@@ -475,10 +512,13 @@ def command(
        "cost": 0.3, "turns": 7}
       {"t": 30, "fault": "rate_limited", "retry_after": 5}
       {"t": 40, "fault": "not_found"}     {"t": 50, "fault": "forbidden"}
+      {"t": 60, "reply": "r1", "delta": "The answer "}
+      {"t": 61, "reply": "r1", "end": true}
 
-    A fault makes the next send at or after t fail with that error. Prints posts, edits, the
-    largest burst, the peak hourly rate and how long each terminal state waited; exits 1 if the
-    budget or the edit spacing was broken.
+    A fault makes the next send at or after t fail with that error. Reply lines stream a reply
+    (its deltas, then its end); the summary gives the sends each reply cost. Prints posts,
+    edits, the largest burst, the peak hourly rate and how long each terminal state waited;
+    exits 1 if the budget or the edit spacing was broken.
     """
     lines = sum(1 for _ in iter_log(events))  # every line checked before anything runs
     config = _read_config(config_path)

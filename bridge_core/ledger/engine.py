@@ -184,18 +184,25 @@ class DeliveryLedger:
                 log.warning("ledger: abandoned %s: %s", row.id, verdict.reason)
                 return _Outcome("abandoned", row=gone)
             return _Outcome("skipped")
+        # the row's owner, as read before the claim, is the process that recorded it: the one
+        # that posted a streamed reply's partial messages
+        poster_alive = row.owner == self.store.owner
         self._sending.add(row.id)
         try:
             if self._deliver_begins:
-                return await self._send(_ClaimOnBegin(self, row), marked=verdict.marked)
-            claimed = await self.store.claim(row.id, fence=row.fence, now=now)
-            if claimed is None:
-                return _Outcome("skipped")
-            return await self._send(claimed, marked=verdict.marked)
+                held: Obligation | _ClaimOnBegin = _ClaimOnBegin(self, row)
+            else:
+                claimed = await self.store.claim(row.id, fence=row.fence, now=now)
+                if claimed is None:
+                    return _Outcome("skipped")
+                held = claimed
+            return await self._send(held, marked=verdict.marked, poster_alive=poster_alive)
         finally:
             self._sending.discard(row.id)
 
-    async def _send(self, held: Obligation | _ClaimOnBegin, *, marked: bool) -> _Outcome:
+    async def _send(
+        self, held: Obligation | _ClaimOnBegin, *, marked: bool, poster_alive: bool = False
+    ) -> _Outcome:
         """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
         first part's ``begin()`` makes; the later parts go out under the same claim (with
         ``deliver_begins``, each later part's ``begin()`` proves it still holds)."""
@@ -226,6 +233,8 @@ class DeliveryLedger:
                 fence=row.fence + (claim is not None),
                 attempt=row.attempts + (claim is not None),
                 claim_on_begin=on_begin,
+                partial=row.partials[part] if part < len(row.partials) else None,
+                poster_alive=poster_alive,
             )
             try:
                 ref = await self._deliver(delivery)
@@ -554,6 +563,8 @@ class DisabledLedger:
                 parts=len(row.chunks),
                 fence=0,
                 attempt=1,
+                partial=row.partials[part] if part < len(row.partials) else None,
+                poster_alive=True,
             )
             try:
                 refs.append(await self._deliver(delivery))

@@ -82,6 +82,9 @@ class Reply:
     recovery marker: ``MARKER_HEADROOM`` characters); empty means one part, ``text``.
     ``obligation_id`` is derived from what the reply answers (``Reply.answering``) or is a
     client's idempotency key: recording the same id twice is a no-op.
+    ``partials`` are the messages a streamed reply already shows (one per part, in order): the
+    final text of part ``i`` is delivered as an edit of ``partials[i]`` by the process that
+    posted them, and as a new post otherwise (ADR 0090).
     """
 
     obligation_id: str
@@ -92,6 +95,7 @@ class Reply:
     thread: str | None = None
     reply_to: str | None = None
     chunks: tuple[str, ...] = ()
+    partials: tuple[MessageRef, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("obligation_id", "profile", "platform", "channel"):
@@ -113,6 +117,7 @@ class Reply:
         thread: str | None = None,
         reply_to: str | None = None,
         chunks: tuple[str, ...] = (),
+        partials: tuple[MessageRef, ...] = (),
     ) -> Reply:
         """Reply ``index`` to the inbound message or turn ``answers`` (a derived, shared id)."""
         return cls(
@@ -124,6 +129,7 @@ class Reply:
             thread=thread,
             reply_to=reply_to,
             chunks=chunks,
+            partials=partials,
         )
 
 
@@ -133,7 +139,8 @@ class Obligation:
 
     ``attempts`` counts claims (sends started); ``resends`` counts the resend budget spent (a
     rate-limit retry spends none); ``penalty`` says the row waits out a rate-limit penalty;
-    ``delivered`` holds the refs of the parts acknowledged so far, in order.
+    ``delivered`` holds the refs of the parts acknowledged so far, in order; ``partials`` the
+    streamed messages the reply's parts replace (``Reply.partials``).
     """
 
     id: str
@@ -155,6 +162,7 @@ class Obligation:
     last_error: str | None
     penalty: bool = False
     delivered: tuple[MessageRef, ...] = field(default=())
+    partials: tuple[MessageRef, ...] = field(default=())
 
     @property
     def reply(self) -> Reply:
@@ -167,6 +175,7 @@ class Obligation:
             thread=self.thread,
             reply_to=self.reply_to,
             chunks=self.chunks,
+            partials=self.partials,
         )
 
 
@@ -176,6 +185,11 @@ class Delivery:
 
     ``text`` is what to post: the part, preceded by the recovery marker when this send may
     duplicate an earlier one. ``fence`` and ``attempt`` identify the claim this send belongs to.
+
+    ``partial`` is the streamed message this part replaces, if any. ``poster_alive`` says this
+    process posted it (it recorded the row): the part is then the final edit of ``partial``
+    (a new post if that edit meets ``NotFound``). Otherwise the poster died mid-reply: the part
+    is posted anew and ``partial`` is marked as interrupted (ADR 0090).
     """
 
     obligation_id: str
@@ -194,6 +208,8 @@ class Delivery:
         default=None, repr=False, compare=False
     )
     """What ``begin()`` runs: the row's claim, with a ledger built with ``deliver_begins=True``."""
+    partial: MessageRef | None = None
+    poster_alive: bool = False
 
     async def begin(self) -> None:
         """Await right before the platform call, after any wait for the channel's turn.

@@ -13,6 +13,7 @@ __all__ = [
     "COLUMNS",
     "INSERT_COLUMNS",
     "decode_chunks",
+    "decode_parts",
     "decode_refs",
     "encode_chunks",
     "encode_refs",
@@ -28,17 +29,35 @@ COLUMNS = (
 )
 
 
-def encode_chunks(text: str, chunks: Sequence[str]) -> str:
-    # A one-part reply (the common case) stores no second copy of its text.
+def encode_chunks(text: str, chunks: Sequence[str], partials: Sequence[MessageRef] = ()) -> str:
+    """The ``chunks`` column: the parts, and a streamed reply's partial messages with them.
+
+    A one-part reply (the common case) stores no second copy of its text. A streamed reply's
+    partial refs travel in the same column, as ``{"chunks": [...], "partials": [...]}``, so
+    every store keeps them without a schema change (ADR 0090).
+    """
+    if partials:
+        return json.dumps(
+            {"chunks": list(chunks), "partials": json.loads(encode_refs(partials))},
+            ensure_ascii=False,
+        )
     if len(chunks) == 1 and chunks[0] == text:
         return ""
     return json.dumps(list(chunks), ensure_ascii=False)
 
 
 def decode_chunks(text: str, stored: str) -> tuple[str, ...]:
+    return decode_parts(text, stored)[0]
+
+
+def decode_parts(text: str, stored: str) -> tuple[tuple[str, ...], tuple[MessageRef, ...]]:
+    """``encode_chunks`` read back: the parts and the partial refs."""
     if not stored:
-        return (text,)
-    return tuple(json.loads(stored))
+        return (text,), ()
+    data = json.loads(stored)
+    if isinstance(data, dict):
+        return tuple(data["chunks"]), decode_refs(data["partials"])
+    return tuple(data), ()
 
 
 def encode_refs(refs: Sequence[MessageRef]) -> str:
@@ -76,6 +95,7 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
         penalty,
         delivered,
     ) = row
+    parts, partials = decode_parts(text, chunks)
     return Obligation(
         id=id_,
         profile=profile,
@@ -84,7 +104,7 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
         thread=thread,
         reply_to=reply_to,
         text=text,
-        chunks=decode_chunks(text, chunks),
+        chunks=parts,
         state=State(state),
         attempts=int(attempts),
         resends=int(resends),
@@ -96,6 +116,7 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
         last_error=last_error,
         penalty=bool(penalty),
         delivered=decode_refs(delivered),
+        partials=partials,
     )
 
 
@@ -210,7 +231,7 @@ def insert_params(row: Obligation, *, owner: str | None) -> tuple[Any, ...]:
         row.thread,
         row.reply_to,
         row.text,
-        encode_chunks(row.text, row.chunks),
+        encode_chunks(row.text, row.chunks, row.partials),
         owner,
         row.created_at,
         row.updated_at,
@@ -228,6 +249,7 @@ def new_row(reply: Reply, *, owner: str | None, now: float) -> Obligation:
         reply_to=reply.reply_to,
         text=reply.text,
         chunks=reply.chunks,
+        partials=reply.partials,
         state=State.PENDING,
         attempts=0,
         resends=0,

@@ -124,6 +124,7 @@ def _changed(
         last_error,
         penalty,
         delivered,
+        row.partials,
     )
 
 

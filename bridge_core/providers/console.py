@@ -11,6 +11,9 @@ object per line, flushed per line::
 epoch seconds; ``op`` is ``post``, ``edit`` or ``error`` (``error`` holds the error's class name).
 Message ids are a random run prefix plus a counter, so they stay unique across restarts.
 
+A console started on an existing transcript knows the messages it records, so it can edit
+them, as a platform keeps a bot's messages across the bot's restarts.
+
 Faults are scripted with ``script_fault(channel, error)`` (the next send to that channel raises
 it) or listed in the settings; ``block(channel)`` makes posts raise ``Forbidden`` and ``probe``
 answer False until ``unblock``. Inbound, lines typed on standard input (or read from a file) become
@@ -57,6 +60,7 @@ from bridge_core.provider import (
     ProviderError,
     RateLimited,
     SendBudget,
+    StreamingMode,
     TransportError,
     Unreachable,
 )
@@ -79,6 +83,7 @@ CONSOLE_CAPABILITIES = Capabilities(
     threads=True,
     inbound=True,
     probe=True,
+    streaming=StreamingMode.EDIT,
 )
 
 FAULT_CLASSES: dict[str, type[ProviderError]] = {
@@ -198,6 +203,9 @@ class ConsoleProvider(ChatProvider):
         self._transcript: IO[str] | None = None
         if self.settings.transcript is not None:
             self.settings.transcript.parent.mkdir(parents=True, exist_ok=True)
+            # a platform keeps its messages across a restart of the bot: so does the console,
+            # from its transcript (a restarted gateway edits what the one before it posted)
+            self._messages.update(_messages_of(self.settings.transcript))
             self._transcript = _open_transcript(self.settings.transcript)
         self._start: float | None = None
         self._closed = False
@@ -449,6 +457,28 @@ class ConsoleProvider(ChatProvider):
 
 
 _RAW_CONTROLS = re.compile("[\x7f-\x9f]")
+
+
+def _messages_of(path: Path) -> dict[str, tuple[MessageRef, str, int]]:
+    """The messages an earlier run's transcript records, with their last text (lines a kill
+    cut short, or that are not a console's records, are skipped)."""
+    messages: dict[str, tuple[MessageRef, str, int]] = {}
+    if not path.exists():
+        return messages
+    with path.open(encoding="utf-8", errors="replace") as file:
+        for line in file:
+            try:
+                record = json.loads(line)
+                op, message_id, text = record["op"], record["message_id"], record["text"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if op == "post" and isinstance(message_id, str):
+                ref = MessageRef(str(record["channel"]), message_id, record.get("thread"))
+                messages[message_id] = (ref, str(text), 0)
+            elif op == "edit" and message_id in messages:
+                ref, _, edits = messages[message_id]
+                messages[message_id] = (ref, str(text), edits + 1)
+    return messages
 
 
 def _open_transcript(path: Path) -> IO[str]:

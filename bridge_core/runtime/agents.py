@@ -2,9 +2,11 @@
 
 An agent is an async callable ``agent(turn, history) -> str``: it receives the ``Turn`` this
 gateway owns and the conversation's recent log records (oldest first, the turn itself last) and
-returns the reply text. When it is at capacity it raises ``bridge_core.ownership.AgentBusy``
-(re-exported here; its ``notice``, if given, replaces ``BUSY_NOTICE``); the end user then gets a
-short busy notice instead of silence.
+returns the reply text. It may stream instead: return an async iterator of text deltas (or be an
+async generator), or an object with a ``stream()`` method returning one; the reply then appears
+as it is written (``bridge_core.streams``, ADR 0090). When it is at capacity it raises
+``bridge_core.ownership.AgentBusy`` (re-exported here; its ``notice``, if given, replaces
+``BUSY_NOTICE``); the end user then gets a short busy notice instead of silence.
 
 Exception hierarchy::
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from bridge_core.conversation import LogRecord, Turn
 from bridge_core.errors import BridgeError
@@ -30,7 +32,9 @@ __all__ = [
     "load_agent",
 ]
 
-Agent = Callable[[Turn, Sequence[LogRecord]], Awaitable[str]]
+Agent = Callable[[Turn, Sequence[LogRecord]], Awaitable[object] | AsyncIterator[str]]
+"""Returns (or resolves to) a ``str``, an async iterator of ``str`` deltas, or an object with
+``stream()`` returning one."""
 
 BUSY_NOTICE = "⏳ The agent is busy right now; please try again in a moment."
 
@@ -67,8 +71,13 @@ def load_agent(reference: str) -> Agent:
     if not callable(target):
         raise AgentLoadError(f"agent {reference!r} is not callable")
     call = getattr(target, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    if not (inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(call)):
+    if not any(
+        check(candidate)
+        for check in (inspect.iscoroutinefunction, inspect.isasyncgenfunction)
+        for candidate in (target, call)
+    ):
         raise AgentLoadError(
-            f"agent {reference!r} must be an async function: async def f(turn, history) -> str"
+            f"agent {reference!r} must be an async function: async def f(turn, history) -> str "
+            "(or an async generator of text deltas, to stream the reply)"
         )
     return target

@@ -32,6 +32,7 @@ from bridge_core.runtime.metrics import GatewayMetrics
 from bridge_core.runtime.options import GatewayError, GatewayOptions
 from bridge_core.runtime.placement import GATEWAYS_GROUP, FleetBus, NotifierPlacement
 from bridge_core.runtime.shared_budget import SharedBudgets
+from bridge_core.runtime.streaming import StreamedReplies
 from bridge_core.sending import ChannelSender
 
 __all__ = [
@@ -170,9 +171,11 @@ def channel_runtime(
     budgets: SharedBudgets | None,
     metrics: GatewayMetrics,
     ledger: LedgerLike,
+    kv: KeyValueStore | None = None,
 ) -> ChannelRuntime:
     """Channel ``name`` with its sender (on the budget shared with the other gateways, when
-    there are any); its notifier and agent group member are added separately."""
+    there are any) and its streamed replies (their partial refs in ``kv``); its notifier and
+    agent group member are added separately."""
     budget = profile.send_budget or UNLIMITED_BUDGET
     shared = f"{config.profile}/{config.channel_id}"
     sender = ChannelSender(
@@ -185,7 +188,7 @@ def channel_runtime(
     # a send or probe that succeeds gives the replies parked for this channel their last
     # attempt now, not at the next start (ADR 0029)
     sender.health.on_proven(partial(ledger.channel_proven, config.profile, config.channel_id))
-    return ChannelRuntime(
+    runtime = ChannelRuntime(
         name=name,
         config=config,
         profile=config.profile,
@@ -195,6 +198,12 @@ def channel_runtime(
         metrics=metrics,
         ledger=ledger,
     )
+    runtime.replies = StreamedReplies(
+        sender,
+        lambda: runtime.provider,  # a reconnect replaces the provider
+        kv=kv,
+    )
+    return runtime
 
 
 def notifier_for(channel: ChannelRuntime) -> Notifier:

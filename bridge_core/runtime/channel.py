@@ -8,6 +8,10 @@ The reply path, for each turn this gateway owns::
     member.record_frame(turn, obligation) the turn is answered in the log
     ledger.deliver_now(row)               through this channel's sender (shared budget)
 
+A streamed reply (the agent returned deltas) shows as it is written through ``StreamedReplies``;
+its finished text takes the same path, with the partial messages' refs in the row, so the
+ledger's delivery lands the final text as the last edit of those messages (ADR 0090).
+
 The obligation id is derived from the turn's platform message id, so a crash between the row and
 the frame makes the turn be answered again after the restart (no frame follows it) while the
 ledger, finding the id recorded, delivers nothing twice; two gateways answering one turn deliver
@@ -16,21 +20,24 @@ one reply for the same reason.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from bridge_core.config import ChannelConfig
-from bridge_core.conversation import Frame, Turn
+from bridge_core.conversation import Frame, Turn, obligation_id
 from bridge_core.events import FleetEvent
-from bridge_core.ledger import MARKER_HEADROOM, Obligation, Reply, State
+from bridge_core.ledger import Obligation, Reply, State
 from bridge_core.ownership import AgentBusy, AgentGroupMember, ConversationLog
-from bridge_core.provider import ChatProvider
+from bridge_core.provider import ChatProvider, MessageRef
 from bridge_core.runtime.agents import BUSY_NOTICE, Agent
 from bridge_core.runtime.metrics import GatewayMetrics
+from bridge_core.runtime.streaming import LedgerLike, StreamedReplies, split_reply
 from bridge_core.sending import ChannelSender
-from bridge_core.text import prepare, valid_text
+from bridge_core.streams import deltas_of
+from bridge_core.text import valid_text
 
 __all__ = ["ChannelRuntime", "LedgerLike", "NotifierLike", "split_reply"]
 
@@ -46,21 +53,6 @@ class NotifierLike(Protocol):
 
     @property
     def idle(self) -> bool: ...
-
-
-class LedgerLike(Protocol):
-    async def record(self, reply: Reply) -> Obligation: ...
-
-    async def deliver_now(self, row: Obligation) -> Obligation: ...
-
-    def channel_proven(self, profile: str, channel: str) -> None: ...
-
-
-def split_reply(text: str, provider: ChatProvider) -> tuple[str, ...]:
-    """Escape, then chunk at the provider's maximum, leaving room for the recovery marker."""
-    caps = provider.capabilities
-    room = max(1, caps.max_length - MARKER_HEADROOM)
-    return tuple(prepare(text, escape=provider.escape, max_length=room, unit=caps.length_unit))
 
 
 @dataclass
@@ -79,6 +71,7 @@ class ChannelRuntime:
     member: AgentGroupMember | None = None
     agent: Agent | None = None
     ledger: LedgerLike | None = field(default=None, repr=False)
+    replies: StreamedReplies | None = field(default=None, repr=False)
     answered: int = 0
 
     @property
@@ -105,8 +98,13 @@ class ChannelRuntime:
         """``AgentGroupMember.on_turn``: run the agent and deliver its reply (AgentBusy escapes
         to the member, which calls ``busy``)."""
         assert self.agent is not None
-        text = await self.agent(turn, history)
-        if not isinstance(text, str) or not text.strip():
+        called = self.agent(turn, history)
+        result: object = await called if inspect.isawaitable(called) else called
+        text = await deltas_of(result)
+        if not isinstance(text, str):
+            await self._stream(turn, text)
+            return
+        if not text.strip():
             log.warning(
                 "agent of channel %s returned %r for turn %s; nothing to send",
                 self.name,
@@ -121,6 +119,22 @@ class ChannelRuntime:
         assert self.member is not None
         await self.deliver(await self.record_busy(turn, error.notice, member=self.member))
 
+    async def _stream(self, turn: Turn, deltas: AsyncIterator[str]) -> None:
+        assert self.replies is not None and self.member is not None
+        obligation = obligation_id(self.profile, turn.channel, turn.message_id, 0)
+        try:
+            result = await self.replies.consume(
+                obligation, deltas, thread=turn.thread or self.thread
+            )
+            text = result.text
+            if not text.strip():
+                log.warning("agent of channel %s streamed an empty reply", self.name)
+                text = "(the agent returned an empty reply)"
+            row = await self.record_reply(turn, text, member=self.member, partials=result.partials)
+            await self.deliver(row)
+        finally:
+            await self.replies.close(obligation)
+
     async def _reply(self, turn: Turn, text: str) -> None:
         assert self.member is not None
         await self.deliver(await self.record_reply(turn, text, member=self.member))
@@ -132,9 +146,17 @@ class ChannelRuntime:
         self.metrics.busy_notices.labels(self.name).inc()
         return await self.record_reply(turn, notice or BUSY_NOTICE, member=member)
 
-    async def record_reply(self, turn: Turn, text: str, *, member: AgentGroupMember) -> Obligation:
+    async def record_reply(
+        self,
+        turn: Turn,
+        text: str,
+        *,
+        member: AgentGroupMember,
+        partials: tuple[MessageRef, ...] = (),
+    ) -> Obligation:
         """Make ``text`` the durable reply to ``turn`` by ``member``: the ledger row, then the
-        frame. Once this returns the reply survives a crash; ``deliver`` sends it."""
+        frame. Once this returns the reply survives a crash; ``deliver`` sends it. ``partials``
+        are a streamed reply's messages, which the final parts edit (ADR 0090)."""
         assert self.ledger is not None
         # An agent's text is a boundary too (ADR 0070): a lone surrogate or a NUL in it must not
         # fail the ledger write (NUL on PostgreSQL only) or the channel's measuring of it.
@@ -148,8 +170,13 @@ class ChannelRuntime:
             thread=turn.thread or self.thread,
             reply_to=turn.message_id,
             chunks=split_reply(text, self.provider),
+            partials=partials,
         )
         row = await self.ledger.record(reply)
+        if row.partials != partials and self.replies is not None:
+            # the turn was answered before (a crash between that row and its frame): that
+            # row's delivery is the answer, and this stream's messages are left over
+            self.replies.mark_interrupted(partials)
         await member.record_frame(turn, reply.obligation_id)
         self.answered += 1
         self.metrics.turns_answered.labels(self.name).inc()

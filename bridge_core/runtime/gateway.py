@@ -274,6 +274,7 @@ class Gateway:
                 budgets=scale_out.budgets if scale_out is not None else None,
                 metrics=self.metrics,
                 ledger=self._ledger,
+                kv=self._kv,
             )
             if scale_out is None:  # else placement decides which gateway runs it (_host)
                 runtime.notifier = notifier_for(runtime)
@@ -414,6 +415,8 @@ class Gateway:
                 f"no channel {delivery.channel!r} of profile {delivery.profile!r} is configured "
                 "in this gateway"
             )
+        if channel.replies is not None:  # a streamed reply's parts edit its partial messages
+            return await channel.replies.deliver(delivery)
         op = Post(delivery.text, thread=delivery.thread, begin=delivery.begin, key=delivery.key)
         return await channel.sender.send(op, priority=Priority.TERMINAL)
 

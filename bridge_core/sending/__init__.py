@@ -4,7 +4,16 @@ Imports only the vocabulary. See ``bridge_core.sending.sender`` for the behaviou
 ``docs/adr/0010-*``..``0013-*`` for why it is built this way.
 """
 
-from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
+from bridge_core.sending.ops import (
+    Edit,
+    EditCall,
+    Post,
+    PostCall,
+    Priority,
+    SendOp,
+    TextSource,
+    render_text,
+)
 from bridge_core.sending.pacing import BudgetGate, SendGate
 from bridge_core.sending.sender import (
     BACKOFF_MAX,
@@ -22,9 +31,11 @@ __all__ = [
     "BudgetGate",
     "ChannelSender",
     "Edit",
+    "EditCall",
     "Outcome",
     "OutcomeCallback",
     "Post",
+    "PostCall",
     "Priority",
     "SendGate",
     "SendOp",

@@ -12,9 +12,24 @@ from dataclasses import dataclass, field
 
 from bridge_core.provider import MessageRef, Priority
 
-__all__ = ["Edit", "Post", "Priority", "SendOp", "TextSource", "render_text"]
+__all__ = [
+    "Edit",
+    "EditCall",
+    "Post",
+    "PostCall",
+    "Priority",
+    "SendOp",
+    "TextSource",
+    "render_text",
+]
 
 TextSource = str | Callable[[], str | None]
+
+
+PostCall = Callable[[str, str, str | None], Awaitable[MessageRef]]
+"""``call(channel, text, thread)``: a platform call standing in for ``provider.post``."""
+EditCall = Callable[[MessageRef, str], Awaitable[MessageRef]]
+"""``call(ref, text)``: a platform call standing in for ``provider.edit``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +42,28 @@ class Post:
     sent and ``send()`` raises that error.
 
     ``key``, when given, is the post's idempotency key: the provider reads it as
-    ``bridge_core.provider.post_key()`` while it posts (ADR 0080)."""
+    ``bridge_core.provider.post_key()`` while it posts (ADR 0080).
+
+    ``call``, when given, is made instead of ``provider.post`` (a native stream's start), paced
+    and read exactly as a post."""
 
     text: TextSource
     thread: str | None = None
     begin: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
     key: str | None = None
+    call: PostCall | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Edit:
+    """A new text for a message this channel posted. ``begin`` is as for ``Post`` (the ledger's
+    final edit of a streamed reply claims there); ``call`` is made instead of ``provider.edit``
+    (a native stream's append or stop), paced and spaced exactly as an edit."""
+
     ref: MessageRef
     text: TextSource
+    begin: Callable[[], Awaitable[None]] | None = field(default=None, compare=False)
+    call: EditCall | None = field(default=None, compare=False)
 
 
 SendOp = Post | Edit

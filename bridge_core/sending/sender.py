@@ -51,9 +51,10 @@ import logging
 import math
 import random as random_module
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -73,7 +74,16 @@ from bridge_core.provider import (
 )
 from bridge_core.sending.containment import fresh_error, must_propagate
 from bridge_core.sending.health import ChannelHealth
-from bridge_core.sending.ops import Edit, Post, Priority, SendOp, TextSource, render_text
+from bridge_core.sending.ops import (
+    Edit,
+    EditCall,
+    Post,
+    PostCall,
+    Priority,
+    SendOp,
+    TextSource,
+    render_text,
+)
 from bridge_core.sending.pacing import BudgetGate, SendGate
 
 __all__ = [
@@ -208,13 +218,19 @@ class ChannelSender:
         priority: int = Priority.UPDATE,
         on_outcome: OutcomeCallback | None = None,
         thread: str | None = None,
+        call: Callable[..., Awaitable[MessageRef]] | None = None,
     ) -> bool:
         """Queue supersedable work without waiting; True when it replaced queued work of ``key``.
 
         A replaced submission gets no outcome of its own: its replacement's answers for both.
         ``edit`` makes it an edit of that message, otherwise it is a post (in ``thread`` if given).
+        ``call`` replaces the provider's ``post`` / ``edit`` (``Post.call``, ``Edit.call``).
         """
-        op: SendOp = Post(text, thread) if edit is None else Edit(edit, text)
+        op: SendOp
+        if edit is None:
+            op = Post(text, thread, call=cast("PostCall | None", call))
+        else:
+            op = Edit(edit, text, call=cast("EditCall | None", call))
         return self._enqueue(_Work(key, op, self._check_priority(priority), on_outcome))
 
     async def send(self, op: SendOp, *, priority: int = Priority.TERMINAL) -> MessageRef:
@@ -453,7 +469,7 @@ class ChannelSender:
             self.stats.skipped += 1
             self._resolve(work, None)
             return
-        if isinstance(op, Post) and op.begin is not None:
+        if op.begin is not None:
             # ``begin`` (the ledger's claim, a database commit) runs once the gate says the send
             # may go, so a post still waiting for its slot has not begun (ADR 0028). The send
             # is then reserved after it: a grant must be used at once, or the sends it spaces
@@ -481,14 +497,19 @@ class ChannelSender:
         try:
             if isinstance(op, Post):
                 self.stats.posts += 1
+                thread = op.thread or self.thread
                 with posting_with_key(op.key):
-                    ref = await self.provider.post(
-                        self.channel, text, thread=op.thread or self.thread
-                    )
+                    if op.call is not None:
+                        ref = await op.call(self.channel, text, thread)
+                    else:
+                        ref = await self.provider.post(self.channel, text, thread=thread)
             else:
                 self.stats.edits += 1
                 self._last_write[op.ref.message_id] = now
-                ref = await self.provider.edit(op.ref, text)
+                if op.call is not None:
+                    ref = await op.call(op.ref, text)
+                else:
+                    ref = await self.provider.edit(op.ref, text)
         except anyio.get_cancelled_exc_class():
             self._resolve(work, self._closed())
             raise
@@ -543,7 +564,7 @@ class ChannelSender:
         finally:
             self._inflight = None
 
-    async def _begin(self, work: _Work, op: Post) -> bool:
+    async def _begin(self, work: _Work, op: SendOp) -> bool:
         """Await the post's ``begin`` (the caller's last word before its send); False when it
         raised: the work leaves the queue unsent."""
         assert op.begin is not None

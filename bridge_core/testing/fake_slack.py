@@ -1,6 +1,7 @@
 """A fake Slack Web API (and an Events API client) for testing the Slack provider end to end.
 
-Serves ``/api/auth.test``, ``/api/chat.postMessage``, ``/api/chat.update`` and
+Serves ``/api/auth.test``, ``/api/chat.postMessage``, ``/api/chat.update``,
+``/api/chat.startStream``, ``/api/chat.appendStream``, ``/api/chat.stopStream`` and
 ``/api/conversations.info`` the way Slack does: the token in ``Authorization: Bearer`` (or a
 ``token`` form field), parameters from the query string and a form or JSON body, HTTP 200 with
 ``{"ok": false, "error": "<code>"}`` for every refusal, and HTTP 429 with ``Retry-After`` and
@@ -9,7 +10,12 @@ Serves ``/api/auth.test``, ``/api/chat.postMessage``, ``/api/chat.update`` and
 State (channels, messages) is kept so a wrong request fails like it would on Slack: posting to
 an unknown channel answers ``channel_not_found``, to a channel the bot is not in
 ``not_in_channel``, editing an unknown ``ts`` ``message_not_found``, editing someone else's
-message ``cant_update_message``, text over 40,000 characters ``msg_too_long``.
+message ``cant_update_message``, text over 40,000 characters ``msg_too_long``. A streamed
+message (``chat.startStream``, which needs a ``thread_ts``) takes ``markdown_text`` appends until
+``chat.stopStream``; appending to or stopping a message that is not streaming answers
+``message_not_in_streaming_state``, and ``chat.update`` refuses a message still streaming
+(``cant_update_message``, an assumption: Slack does not document it). Every streaming call is
+recorded in ``FakeSlackMessage.stream`` as ``(method, markdown_text)``.
 
 For inbound tests, ``signed_headers``, ``event_callback`` and ``message_event`` (from
 ``bridge_core.testing.slack_events``, re-exported here) build signed Events API requests, and
@@ -64,6 +70,8 @@ class FakeSlackMessage:
     thread_ts: str | None = None
     edits: list[str] = field(default_factory=list)  # earlier texts, oldest first
     params: dict[str, Any] = field(default_factory=dict)  # everything the poster sent
+    streaming: bool = False  # between chat.startStream and chat.stopStream
+    stream: list[tuple[str, str | None]] = field(default_factory=list)  # (method, markdown_text)
 
 
 class FakeSlack(FakePlatform):
@@ -107,6 +115,9 @@ class FakeSlack(FakePlatform):
             ("POST", "auth.test"),
             ("*", "chat.postMessage"),
             ("*", "chat.update"),
+            ("*", "chat.startStream"),
+            ("*", "chat.appendStream"),
+            ("*", "chat.stopStream"),
             ("*", "conversations.info"),
         ):
             self.add_route(
@@ -358,7 +369,7 @@ class FakeSlack(FakePlatform):
             message = self.messages.get((channel.id, ts))
             if message is None:
                 return self.error("message_not_found")
-            if message.user != self.bot_user_id:
+            if message.user != self.bot_user_id or message.streaming:
                 return self.error("cant_update_message")
             text = self._text(params)
             if isinstance(text, Reply):
@@ -371,6 +382,84 @@ class FakeSlack(FakePlatform):
             return self._ok(
                 {"channel": channel.id, "ts": ts, "text": text, "message": {"text": text}}
             )
+
+    @staticmethod
+    def _markdown(params: Mapping[str, Any], *, required: bool) -> str | Reply | None:
+        text = params.get("markdown_text")
+        if text is None:
+            return FakeSlack.error("invalid_arguments") if required else None
+        if not isinstance(text, str):
+            return FakeSlack.error("invalid_arguments")
+        if len(text) > 12_000:  # the streaming methods' documented limit per call
+            return FakeSlack.error("msg_too_long")
+        return text
+
+    def _chat_startStream(self, request: RecordedRequest) -> Reply:
+        with self.lock:
+            params = self._prepare(request)
+            if isinstance(params, Reply):
+                return params
+            channel = self._writable(params.get("channel"))
+            if isinstance(channel, Reply):
+                return channel
+            thread_ts = params.get("thread_ts")
+            if not isinstance(thread_ts, str) or not thread_ts:
+                return self.error("invalid_arguments")
+            text = self._markdown(params, required=False)
+            if isinstance(text, Reply):
+                return text
+            limited = self._spend(channel.id)
+            if limited is not None:
+                return limited
+            ts = self._next_ts()
+            message = FakeSlackMessage(
+                channel.id, ts, text or "", self.bot_user_id, thread_ts, params=dict(params)
+            )
+            message.streaming = True
+            message.stream.append(("chat.startStream", text))
+            self.messages[(channel.id, ts)] = message
+            return self._ok({"channel": channel.id, "ts": ts})
+
+    def _streamed(self, params: Mapping[str, Any]) -> FakeSlackMessage | Reply:
+        channel = self._writable(params.get("channel"))
+        if isinstance(channel, Reply):
+            return channel
+        message = self.messages.get((channel.id, str(params.get("ts"))))
+        if message is None:
+            return self.error("message_not_found")
+        if not message.streaming:
+            return self.error("message_not_in_streaming_state")
+        return message
+
+    def _chat_appendStream(self, request: RecordedRequest) -> Reply:
+        return self._stream_call(request, "chat.appendStream", required=True, stop=False)
+
+    def _chat_stopStream(self, request: RecordedRequest) -> Reply:
+        return self._stream_call(request, "chat.stopStream", required=False, stop=True)
+
+    def _stream_call(
+        self, request: RecordedRequest, method: str, *, required: bool, stop: bool
+    ) -> Reply:
+        with self.lock:
+            params = self._prepare(request)
+            if isinstance(params, Reply):
+                return params
+            message = self._streamed(params)
+            if isinstance(message, Reply):
+                return message
+            text = self._markdown(params, required=required)
+            if isinstance(text, Reply):
+                return text
+            limited = self._spend(message.channel)
+            if limited is not None:
+                return limited
+            message.stream.append((method, text))
+            if text:
+                message.edits.append(message.text)
+                message.text += text
+            if stop:
+                message.streaming = False
+            return self._ok({"channel": message.channel, "ts": message.ts})
 
     def _conversations_info(self, request: RecordedRequest) -> Reply:
         with self.lock:

@@ -55,6 +55,7 @@ def test_providers_json_lists_console_with_capabilities_and_budget(runner: CliRu
         "threads": True,
         "inbound": True,
         "probe": True,
+        "streaming": "edit",
     }
     assert set(console["budget"]) == {"burst", "per_second", "windows", "edit_spacing"}
     assert payload["broken"] == []

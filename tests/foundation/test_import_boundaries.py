@@ -2,8 +2,9 @@
 
 - The vocabulary (``errors``, ``provider``, ``events``, ``conversation``, ``text``) imports
   nothing else of the project.
-- The libraries (``sending``, ``notify``, ``ledger``, ``inbound``, ``ownership``) import the
-  vocabulary only: never each other, the runtime, the CLI, the config or the plugin machinery.
+- The libraries (``sending``, ``notify``, ``ledger``, ``inbound``, ``ownership``, ``streams``)
+  import the vocabulary only: never each other, the runtime, the CLI, the config or the plugin
+  machinery.
 - A provider plugin imports ``bridge_core`` itself (its public API) and ``bridge_core.testing``,
   nothing below them.
 - No module-level import cycle among the core's modules (an import inside a function or under
@@ -25,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CORE = "bridge_core"
 VOCABULARY = ("errors", "provider", "events", "conversation", "text")
-LIBRARIES = ("sending", "notify", "ledger", "inbound", "ownership")
+LIBRARIES = ("sending", "notify", "ledger", "inbound", "ownership", "streams")
 PLUGIN_MAY_IMPORT = (CORE, f"{CORE}.testing")
 
 

@@ -113,6 +113,23 @@ async def test_progress_appends_parts_in_order(harness: Any) -> None:
     assert done is not None and done.delivered == tuple(refs)
 
 
+async def test_a_streamed_replys_partials_survive_every_change_of_its_row(harness: Any) -> None:
+    store = await harness.store(me=True)
+    partials = (MessageRef("C1", "p0", "T1"), MessageRef("C1", "p1\u00e9\"'", None))
+    row, _ = await store.record(reply("m1", chunks=("a", "b"), partials=partials), now=NOW)
+    assert row.partials == partials and row.chunks == ("a", "b")
+    plain, _ = await store.record(reply("m2"), now=NOW)
+    assert plain.partials == () and plain.chunks == ("answer to m2",)
+    claimed = await store.claim(row.id, fence=row.fence, now=NOW + 1)
+    assert claimed is not None and claimed.partials == partials
+    assert await store.progress(row.id, fence=1, ref=partials[0], now=NOW + 2)
+    settled = await store.settle(row.id, fence=1, state=State.DELIVERED, now=NOW, ref=partials[1])
+    assert settled is not None and settled.partials == partials
+    again = await store.get(row.id)
+    assert again is not None and again.partials == partials and again.chunks == ("a", "b")
+    assert again.reply.partials == partials
+
+
 async def test_resend_budget_is_spent_except_after_a_penalty(harness: Any) -> None:
     store = await harness.store(me=True)
     row, _ = await store.record(reply("m1"), now=NOW)

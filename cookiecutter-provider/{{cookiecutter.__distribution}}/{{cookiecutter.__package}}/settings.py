@@ -8,7 +8,7 @@ for. ``provider`` re-exports these names.
 
 from __future__ import annotations
 
-from bridge_core import Capabilities, LengthUnit, SendBudget
+from bridge_core import Capabilities, LengthUnit, SendBudget, StreamingMode
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 __all__ = [
@@ -32,6 +32,7 @@ CAPABILITIES = Capabilities(
     threads=True,  # messages can be posted into a thread
     inbound=False,  # this template sends only; see the README to add inbound
     probe=True,  # can_post() tells cheaply whether the bot may still post to a channel
+    streaming=StreamingMode.EDIT,  # a streamed reply: one message edited in place (or NONE)
 )
 
 # A token bucket of 3 with 1 send a second, and at most 3,600 in any hour. Set it from the

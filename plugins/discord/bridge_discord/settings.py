@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bridge_core import Capabilities, LengthUnit
+from bridge_core import Capabilities, LengthUnit, StreamingMode
 
 __all__ = ["CAPABILITIES", "DEFAULT_API_BASE", "MAX_LENGTH", "DiscordSettings"]
 
@@ -26,6 +26,7 @@ CAPABILITIES = Capabilities(
     threads=True,
     inbound=True,
     probe=True,
+    streaming=StreamingMode.EDIT,  # a streamed reply is one message, edited in place
 )
 
 

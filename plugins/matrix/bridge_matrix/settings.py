@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from bridge_core import Capabilities, LengthUnit, SendBudget
+from bridge_core import Capabilities, LengthUnit, SendBudget, StreamingMode
 
 __all__ = [
     "CAPABILITIES",
@@ -37,6 +37,7 @@ CAPABILITIES = Capabilities(
     threads=True,
     inbound=True,
     probe=True,
+    streaming=StreamingMode.EDIT,  # a streamed reply is one event, replaced (m.replace) in place
 )
 
 # Synapse's documented default for sending events (rc_message: per_second 0.2, burst_count 10),

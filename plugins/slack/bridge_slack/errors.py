@@ -11,7 +11,8 @@ ratelimited, rate_limited RateLimited       with ``Retry-After`` when Slack sent
 message_not_found,        NotFound          the edit target is gone or no longer editable:
 cant_update_message,                        the core posts a new message instead
 edit_window_closed,
-thread_not_found
+thread_not_found,
+message_not_in_streaming_state
 not_in_channel,           Forbidden         the bot lost access; a person can restore it
 is_archived, is_inactive,                   (invite, unarchive, grant the scope), so the
 no_permission,                              core re-checks instead of giving up
@@ -65,6 +66,7 @@ SLACK_ERRORS: Mapping[str, tuple[type[ProviderError], str]] = {
     "cant_update_message": (NotFound, "the message cannot be edited by this bot"),
     "edit_window_closed": (NotFound, "the message is too old to edit"),
     "thread_not_found": (NotFound, "the thread no longer exists"),
+    "message_not_in_streaming_state": (NotFound, "the streamed message's stream has ended"),
     "not_in_channel": (Forbidden, f"the bot is not a member of the channel: {_ACCESS}"),
     "is_archived": (Forbidden, "the channel is archived: unarchive it to post again"),
     "is_inactive": (Forbidden, "the channel is archived or frozen"),

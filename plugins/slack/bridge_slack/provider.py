@@ -194,6 +194,47 @@ class SlackProvider(ChatProvider):
         )
         return ref
 
+    # ----------------------------------------------------------------- native streaming
+
+    async def stream_start(
+        self, channel: str, text: str, *, thread: str | None = None
+    ) -> MessageRef:
+        """``chat.startStream`` in ``thread`` (Slack streams only in threads; the core streams
+        a reply outside one by editing). One request, no SDK helper: slack-sdk's
+        ``chat_stream`` buffers and sends on its own, and the core's sender must pace every
+        call."""
+        self._refuse_over_long(text)
+        if thread is None:
+            raise MessageRejected("Slack's chat.startStream needs a thread_ts; post instead")
+        data = await self._call(
+            "chat.startStream", channel, channel=channel, thread_ts=thread, markdown_text=text
+        )
+        ts = data.get("ts")
+        if not isinstance(ts, str):
+            raise TransportError("Slack chat.startStream answered ok without a message ts")
+        return MessageRef(channel=str(data.get("channel") or channel), message_id=ts, thread=thread)
+
+    async def stream_append(self, ref: MessageRef, text: str) -> MessageRef:
+        """``chat.appendStream``: ``text`` is appended to what the message shows."""
+        self._refuse_over_long(text)
+        await self._call(
+            "chat.appendStream",
+            ref.channel,
+            channel=ref.channel,
+            ts=ref.message_id,
+            markdown_text=text,
+        )
+        return ref
+
+    async def stream_stop(self, ref: MessageRef, text: str) -> MessageRef:
+        """``chat.stopStream``, appending ``text`` first when there is any."""
+        self._refuse_over_long(text)
+        params: dict[str, Any] = {"channel": ref.channel, "ts": ref.message_id}
+        if text:
+            params["markdown_text"] = text
+        await self._call("chat.stopStream", ref.channel, **params)
+        return ref
+
     async def probe(self, channel: str) -> bool | None:
         """``conversations.info``: False when the channel is gone or archived, True when the bot
         is a member, ``None`` when it cannot tell (not a member of a public channel, which

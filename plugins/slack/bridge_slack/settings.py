@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from bridge_core import Capabilities, LengthUnit
+from bridge_core import Capabilities, LengthUnit, StreamingMode
 
 __all__ = ["DEFAULT_API_BASE_URL", "SLACK_CAPABILITIES", "SLACK_CHUNK", "SlackSettings"]
 
@@ -30,6 +30,8 @@ SLACK_CAPABILITIES = Capabilities(
     threads=True,
     inbound=True,
     probe=True,
+    # chat.startStream / appendStream / stopStream, each paced by the core's sender (ADR 0091)
+    streaming=StreamingMode.NATIVE,
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from bridge_core import Capabilities, LengthUnit
+from bridge_core import Capabilities, LengthUnit, StreamingMode
 
 __all__ = [
     "BOT_FRAMEWORK_OPENID_URL",
@@ -35,6 +35,7 @@ CAPABILITIES = Capabilities(
     threads=True,
     inbound=True,
     probe=False,
+    streaming=StreamingMode.EDIT,  # a streamed reply is one message, edited in place
 )
 
 

@@ -1,0 +1,243 @@
+"""A channel's streamed replies: running them, remembering their partial messages, and landing
+each final part, which the delivery ledger hands back, in the message that showed it.
+
+- ``consume(obligation, deltas)`` feeds an agent's deltas to a ``ReplyStream``; each new partial
+  message's ref is written to the key-value store beside the ledger (``streams`` namespace,
+  keyed by obligation id) before the next delta is taken, so a process killed mid-stream leaves
+  the next one (the turn has no frame: ownership answers it again) the refs to mark interrupted.
+  The agent failing or the task being cancelled marks the partials interrupted at once.
+- ``deliver(delivery)`` is the ledger's delivery function for this channel. A part with a partial
+  message posted by this process is the final edit of that message (through the stream's
+  native stop when it streamed natively), at the terminal priority, after the message's edit
+  spacing; if that message is gone (``NotFound``) the part is posted anew. A part whose poster
+  died is posted anew and the stale partial is marked interrupted. Everything else is a post.
+
+ADR 0090 records why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
+
+import anyio
+
+from bridge_core.ledger import MARKER_HEADROOM, Delivery, Obligation, Reply
+from bridge_core.provider import ChatProvider, KeyValueStore, MessageRef, NotFound
+from bridge_core.sending import ChannelSender, Edit, Post, Priority
+from bridge_core.streams import INTERRUPTED, PartSplitter, ReplyStream, StreamResult
+from bridge_core.text import prepare, valid_text
+
+__all__ = [
+    "KV_NAMESPACE",
+    "LedgerLike",
+    "StreamedReplies",
+    "answer_streamed",
+    "reply_splitter",
+    "split_reply",
+]
+
+log = logging.getLogger("bridge_core.runtime.streaming")
+
+KV_NAMESPACE = "bridge.streams"
+
+
+def split_reply(text: str, provider: ChatProvider) -> tuple[str, ...]:
+    """Escape, then chunk at the provider's maximum, leaving room for the recovery marker."""
+    caps = provider.capabilities
+    room = max(1, caps.max_length - MARKER_HEADROOM)
+    return tuple(prepare(text, escape=provider.escape, max_length=room, unit=caps.length_unit))
+
+
+def reply_splitter(provider: ChatProvider) -> PartSplitter:
+    """``split_reply`` of the text made valid (as the reply path records it, ADR 0070), for one
+    growing text: a stream's parts, cut again only past the parts that are settled."""
+    caps = provider.capabilities
+    return PartSplitter(
+        escape=provider.escape,
+        max_length=max(1, caps.max_length - MARKER_HEADROOM),
+        unit=caps.length_unit,
+        clean=valid_text,
+    )
+
+
+class LedgerLike(Protocol):
+    """What the reply path needs of the delivery ledger (``DeliveryLedger``, ``DisabledLedger``)."""
+
+    async def record(self, reply: Reply) -> Obligation: ...
+
+    async def deliver_now(self, row: Obligation) -> Obligation: ...
+
+    def channel_proven(self, profile: str, channel: str) -> None: ...
+
+
+def _encode(refs: Sequence[MessageRef]) -> bytes:
+    return json.dumps([[r.channel, r.message_id, r.thread] for r in refs]).encode()
+
+
+def _decode(data: bytes) -> list[MessageRef]:
+    return [
+        MessageRef(channel, message_id, thread) for channel, message_id, thread in json.loads(data)
+    ]
+
+
+class StreamedReplies:
+    """The streamed replies of one channel (see the module docstring)."""
+
+    def __init__(
+        self,
+        sender: ChannelSender,
+        provider: Callable[[], ChatProvider],
+        *,
+        splitter: Callable[[ChatProvider], Callable[[str], Sequence[str]]] = reply_splitter,
+        kv: KeyValueStore | None = None,
+    ) -> None:
+        self._sender = sender
+        self._provider = provider
+        self._splitter = splitter
+        self._kv = kv
+        self.live: dict[str, ReplyStream] = {}
+
+    # ------------------------------------------------------------------ running a stream
+
+    async def consume(
+        self, obligation: str, deltas: AsyncIterator[str], *, thread: str | None
+    ) -> StreamResult:
+        """Show ``deltas`` as they come; the finished text and its partial messages. The stream
+        stays in ``live`` (for ``deliver``) until ``close(obligation)``."""
+        await self.retire_stale(obligation)
+        stream = ReplyStream(
+            self._sender,
+            self._provider(),
+            key=("stream", obligation),
+            split=self._splitter(self._provider()),
+            thread=thread,
+        )
+        self.live[obligation] = stream
+        saved: tuple[MessageRef, ...] = ()
+        try:
+            async for delta in deltas:
+                stream.feed(delta)
+                if stream.partials != saved:
+                    saved = stream.partials
+                    await self._remember(obligation, saved)
+            result = await stream.finish()
+        except BaseException:
+            stream.interrupt()
+            self.live.pop(obligation, None)
+            raise
+        if result.partials != saved:
+            await self._remember(obligation, result.partials)
+        return result
+
+    async def close(self, obligation: str) -> None:
+        """The reply is recorded and its delivery settled: forget its stream and its refs."""
+        self.live.pop(obligation, None)
+        if self._kv is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._kv.delete(KV_NAMESPACE, obligation)
+                except Exception as error:
+                    log.warning(
+                        "streams: forgetting the partials of %s failed: %r", obligation, error
+                    )
+
+    async def retire_stale(self, obligation: str) -> None:
+        """Partial messages a dead process left for ``obligation``: mark them interrupted."""
+        if self._kv is None:
+            return
+        try:
+            data = await self._kv.get(KV_NAMESPACE, obligation)
+        except Exception as error:
+            log.warning("streams: reading the partials of %s failed: %r", obligation, error)
+            return
+        if data:
+            stale = _decode(data)
+            log.info(
+                "streams: %s: marking %d stale partial message(s) interrupted",
+                obligation,
+                len(stale),
+            )
+            self.mark_interrupted(stale)
+
+    def split(self, text: str) -> Sequence[str]:
+        """The parts of a whole reply's ``text``, as its stream cut them."""
+        return self._splitter(self._provider())(text)
+
+    def mark_interrupted(self, refs: Sequence[MessageRef]) -> None:
+        """Edit each of ``refs`` to say its answer was interrupted (terminal, paced)."""
+        if not self._provider().capabilities.edit:
+            return
+        for ref in refs:
+            self._sender.submit(
+                ("interrupted", ref.message_id),
+                text=lambda: INTERRUPTED,
+                edit=ref,
+                priority=Priority.TERMINAL,
+            )
+
+    async def _remember(self, obligation: str, refs: tuple[MessageRef, ...]) -> None:
+        if self._kv is None:
+            return
+        try:
+            await self._kv.put(KV_NAMESPACE, obligation, _encode(refs))
+        except Exception as error:  # the stream goes on; only the crash clean-up is weaker
+            log.warning("streams: remembering the partials of %s failed: %r", obligation, error)
+
+    # ------------------------------------------------------------------ the ledger's delivery
+
+    async def deliver(self, delivery: Delivery) -> MessageRef:
+        """Send one part of a reply for the ledger (see the module docstring)."""
+        post = Post(delivery.text, thread=delivery.thread, begin=delivery.begin, key=delivery.key)
+        partial = delivery.partial
+        if partial is None or not self._provider().capabilities.edit:
+            return await self._sender.send(post, priority=Priority.TERMINAL)
+        if not delivery.poster_alive:
+            ref = await self._sender.send(post, priority=Priority.TERMINAL)
+            self.mark_interrupted([partial])
+            return ref
+        stream = self.live.get(delivery.obligation_id)
+        writes = stream.final_writes(delivery.part, delivery.text) if stream is not None else []
+        ops = [Edit(w.ref, w.text, call=w.call) for w in writes] or [Edit(partial, delivery.text)]
+        try:
+            ref = partial
+            for n, op in enumerate(ops):
+                if n == 0:
+                    op = Edit(op.ref, op.text, begin=delivery.begin, call=op.call)
+                ref = await self._sender.send(op, priority=Priority.TERMINAL)
+            return ref
+        except NotFound:
+            log.info(
+                "streams: %s part %d: its message is gone; posting it",
+                delivery.obligation_id,
+                delivery.part,
+            )
+            return await self._sender.send(post, priority=Priority.TERMINAL)
+
+
+async def answer_streamed(
+    replies: StreamedReplies,
+    ledger: LedgerLike,
+    reply: Reply,
+    deltas: AsyncIterator[str],
+) -> Obligation:
+    """Stream ``deltas`` as ``reply`` (its ``text`` and ``chunks`` are replaced by the streamed
+    text's), record it with its partials, deliver it; the row as it ended. The reply path of a
+    gateway without an agent group (``chatbridge simulate``, tests); the gateway's own path
+    records the turn's frame between the row and the delivery (``ChannelRuntime``)."""
+    obligation = reply.obligation_id
+    try:
+        result = await replies.consume(obligation, deltas, thread=reply.thread)
+        final = dataclasses.replace(
+            reply,
+            text=result.text,
+            chunks=tuple(replies.split(result.text)),
+            partials=result.partials,
+        )
+        row = await ledger.record(final)
+        return await ledger.deliver_now(row)
+    finally:
+        await replies.close(obligation)

@@ -1,0 +1,76 @@
+"""Cutting a growing text into a platform's parts without re-cutting what cannot change.
+
+A stream's text is split every time its message is rendered; a long answer would be escaped
+and chunked from its first character each time, a per-character loop. ``PartSplitter`` gives
+exactly ``chunk(escape(clean(text)))`` (the runtime's ``split_reply``) but remembers the parts
+before the last one: chunking is greedy from the start and never cuts inside a token, so while
+the escaped text still begins with those parts (and runs on past them by more than any token's
+length), only the rest is chunked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bridge_core.provider import LengthUnit
+from bridge_core.text import chunk
+
+__all__ = ["SETTLED_AFTER", "PartSplitter"]
+
+SETTLED_AFTER = 256
+"""Characters past a cut after which no token of ``ATOMIC_TOKENS`` (at most 202 long) can still
+end across it."""
+
+
+def _same(text: str) -> str:
+    return text
+
+
+class PartSplitter:
+    """``splitter(text)``: the parts of ``text`` (escaped and chunked), reusing earlier work."""
+
+    __slots__ = ("_clean", "_escape", "_fixed", "_fixed_length", "_max_length", "_unit")
+
+    def __init__(
+        self,
+        *,
+        escape: Callable[[str], str],
+        max_length: int,
+        unit: LengthUnit = LengthUnit.CHARACTERS,
+        clean: Callable[[str], str] = _same,
+    ) -> None:
+        self._escape = escape
+        self._clean = clean
+        self._max_length = max_length
+        self._unit = unit
+        self._fixed: list[str] = []
+        self._fixed_length = 0
+
+    def _still_settled(self, escaped: str) -> bool:
+        position = 0
+        for part in self._fixed:  # compared in place: no second copy of the text is kept
+            if not escaped.startswith(part, position):
+                return False
+            position += len(part)
+        return True
+
+    def __call__(self, text: str) -> list[str]:
+        escaped = self._escape(self._clean(text))
+        if self._fixed and self._still_settled(escaped):
+            rest = chunk(escaped[self._fixed_length :], self._max_length, unit=self._unit)
+            parts = [*self._fixed, *rest]
+        else:
+            parts = chunk(escaped, self._max_length, unit=self._unit)
+        # The pieces concatenate to the text. A cut is settled once the text runs on past it by
+        # the longest token: a token completed later (``<@U1`` + ``>``) may forbid a cut that
+        # was allowed while it was open.
+        end = len(escaped)
+        settled = len(parts)
+        for piece in reversed(parts):
+            if len(escaped) - end >= SETTLED_AFTER:
+                break
+            end -= len(piece)
+            settled -= 1
+        self._fixed = parts[:settled]
+        self._fixed_length = end
+        return parts

@@ -1,0 +1,65 @@
+"""A streamed reply whose poster died after its final text was recorded: the next process's
+boot sweep posts the final anew and marks the stale partial interrupted (virtual time, the
+memory ledger played by two owners)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge_core.ledger import DeliveryLedger, MemoryBackend, MemoryLedgerStore, Reply, State
+from bridge_core.provider import SLACK_BUDGET
+from bridge_core.streams import CURSOR, INTERRUPTED
+
+from .conftest import CHANNEL, paced
+
+pytestmark = pytest.mark.anyio
+
+WALL = 1_800_000_000.0
+
+
+async def test_the_final_of_a_dead_poster_is_a_new_post_and_the_partial_says_interrupted(
+    open_stream_channel,
+) -> None:
+    backend = MemoryBackend()
+    dead = MemoryLedgerStore(backend, owner="host|1|dead")
+    await dead.open()
+    deltas = [(i * 0.5, f"d{i} ") for i in range(10)]
+    full = "".join(text for _, text in deltas)
+    async with open_stream_channel(budget=SLACK_BUDGET) as ch:
+        # the first process streams, records the final with its partial, and dies before
+        # sending it
+        result = await ch.replies.consume("ob-x", paced(deltas), thread=None)
+        (partial,) = result.partials
+        reply = Reply(
+            obligation_id="ob-x",
+            profile="p",
+            platform="console",
+            channel=CHANNEL,
+            text=result.text,
+            chunks=tuple(ch.replies.split(result.text)),
+            partials=result.partials,
+        )
+        await dead.record(reply, now=WALL)
+        backend.kill("host|1|dead")
+        await ch.replies.close("ob-x")
+        # the next process: a fresh stream registry, the same channel
+        store = MemoryLedgerStore(backend, owner="host|2|next")
+        await store.open()
+        ledger = DeliveryLedger(
+            store,
+            deliver=ch.replies.deliver,
+            profiles={"p"},
+            deliver_begins=True,
+            clock=lambda: WALL + 10.0,
+        )
+        report = await ledger.boot_sweep()
+        await ch.until_idle()
+        entries = ch.entries()
+        row = await store.get("ob-x")
+    assert report.delivered == 1 and report.marked == 0  # its send never began: clean
+    assert row is not None and row.state is State.DELIVERED
+    posts = [e for e in entries if e.op == "post"]
+    assert [p.text for p in posts] == ["d0 " + CURSOR, full]
+    assert row.delivered[0].message_id == posts[1].message_id
+    last = [e for e in entries if e.message_id == partial.message_id][-1]
+    assert last.op == "edit" and last.text == INTERRUPTED
