@@ -11,7 +11,6 @@ import functools
 import hashlib
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,14 +188,13 @@ def list_command(
     as_json: bool,
 ) -> None:
     """Rows, newest first."""
-    now = time.time()
     rows = _run(
         target,
         lambda store: store.rows(
             states={State(s) for s in states} if states else None,
             channel=channel,
-            created_before=None if older_than is None else now - older_than,
-            created_after=None if newer_than is None else now - newer_than,
+            created_before=None if older_than is None else store.now() - older_than,
+            created_after=None if newer_than is None else store.now() - newer_than,
             limit=limit,
         ),
     )
@@ -236,7 +234,7 @@ def retry_command(target: _Target, obligation_id: str) -> None:
         if full is None:
             return None
         before = await store.get(full)
-        row = await store.retry(full, now=time.time())
+        row = await store.retry(full, now=store.now())
         if row is not None:
             return full, before if before is not None else row
         current = await store.get(full)
@@ -286,6 +284,10 @@ def purge_command(
     age = "" if older_than is None else f" created more than {older_than:.0f} s ago"
     if not yes:
         click.confirm(f"Delete every {what} row{age}?", abort=True)
-    before = None if older_than is None else time.time() - older_than
-    removed = _run(target, lambda store: store.purge(states=chosen, created_before=before))
+    removed = _run(
+        target,
+        lambda store: store.purge(
+            states=chosen, created_before=None if older_than is None else store.now() - older_than
+        ),
+    )
     click.echo(f"deleted {removed} {what} rows")

@@ -3,7 +3,8 @@
 ``DeliveryLedger`` is given a store and a delivery function. It decides nothing about the
 schedule itself (``schedule.py`` does) and knows no provider: errors are read through
 ``bridge_core.provider.reading_for``. Time for waiting comes from anyio (virtual in tests);
-stored timestamps come from ``clock`` (wall time by default).
+stored timestamps and ages come from ``clock``, by default the store's own clock
+(``LedgerStore.now``: the database's for PostgreSQL), so every gateway judges a row's age alike.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class DeliveryLedger:
         profiles: Collection[str],
         connected: Callable[[str], bool] = lambda platform: True,
         schedule: Schedule | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         deliver_begins: bool = False,
     ) -> None:
         if not profiles:
@@ -114,7 +115,7 @@ class DeliveryLedger:
         self.profiles = frozenset(profiles)
         self._connected = connected
         self.schedule = schedule if schedule is not None else Schedule()
-        self._clock = clock
+        self._clock = clock if clock is not None else store.now
         self._deliver_begins = deliver_begins
         self._timers: list[tuple[float, str, int]] = []  # (due on anyio's clock, id, fence)
         self._wake: anyio.Event | None = None  # set while the timer task waits

@@ -8,6 +8,7 @@ crash). It follows the same protocol and passes the same test suite as the durab
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Collection
 
 from bridge_core.ledger.model import Obligation, Reply, State
@@ -61,6 +62,9 @@ class MemoryLedgerStore:
     @property
     def owner(self) -> str:
         return self._owner
+
+    def now(self) -> float:
+        return time.time()
 
     @property
     def renew_interval(self) -> float | None:

@@ -18,6 +18,7 @@ connection is replaced.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import Any
@@ -81,6 +82,8 @@ class PostgresLedgerStore:
         self.connections = connections
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._free: anyio.Semaphore | None = None
+        self._clock_offset: float | None = None  # the database's epoch minus time.monotonic()
+        self._clock_samples: list[tuple[float, float]] = []  # (round trip, offset), recent
         p = table_prefix
         self._t = f"{p}ledger"
         self._owners = f"{p}owners"
@@ -105,6 +108,14 @@ class PostgresLedgerStore:
     @property
     def owner(self) -> str:
         return self._owner
+
+    def now(self) -> float:
+        """The database's clock, read at each lease renewal and carried forward between them
+        by this host's monotonic clock (so no query per call, and a host's wall clock, however
+        wrong or stepped, never enters a row)."""
+        if self._clock_offset is None:
+            raise LedgerError("the PostgreSQL ledger store is not open: call open() first")
+        return time.monotonic() + self._clock_offset
 
     @property
     def renew_interval(self) -> float | None:
@@ -193,12 +204,22 @@ class PostgresLedgerStore:
 
     async def renew(self) -> None:
         async with self.connection() as conn:
-            await conn.execute(
+            sent = time.monotonic()
+            cursor = await conn.execute(
                 f"INSERT INTO {self._owners} (owner, lease_until) "
                 "VALUES (%s, clock_timestamp() + make_interval(secs => %s)) "
-                "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until",
+                "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until "
+                "RETURNING extract(epoch from clock_timestamp())::float8",
                 (self._owner, self.lease),
             )
+            found = await cursor.fetchone()
+            received = time.monotonic()
+        assert found is not None
+        # The server read its clock between sending and receiving: the middle is off by at most
+        # half the round trip, so keep the reading of the quickest recent round trip.
+        sample = (received - sent, float(found[0]) - (sent + received) / 2)
+        self._clock_samples = [*self._clock_samples[-15:], sample]
+        self._clock_offset = min(self._clock_samples)[1]
 
     async def aclose(self) -> None:
         if self._free is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -153,6 +154,9 @@ class SQLiteLedgerStore:
         _setup(conn)
         # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
         conn.create_function("owner_alive", 1, self._alive, deterministic=False)
+
+    def now(self) -> float:
+        return time.time()  # a SQLite ledger belongs to one host: its clock is the store's
 
     @property
     def renew_interval(self) -> float | None:

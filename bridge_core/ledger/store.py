@@ -55,6 +55,14 @@ class LedgerStore(Protocol):
         """Where the rows are (a path or a URL without its password), for messages."""
         ...
 
+    def now(self) -> float:
+        """The store's clock, in epoch seconds: every timestamp a row carries and every age
+        judged of it (the 24 h freshness, timers, pruning) reads this one clock, so gateways on
+        hosts whose clocks disagree still agree on a row's age (ADR 0018). The database's
+        clock for PostgreSQL (like its leases); the host's for SQLite and memory, whose
+        ledgers belong to one host."""
+        ...
+
     @property
     def renew_interval(self) -> float | None:
         """How often ``renew`` must run (``None``: never, ownership needs no renewal)."""

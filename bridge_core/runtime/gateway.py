@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import os
 import socket
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -471,7 +470,7 @@ class Gateway:
         )
         assert self._ledger is not None
         if self._store is not None:
-            row, created = await self._store.record(reply, now=time.time())
+            row, created = await self._store.record(reply, now=self._store.now())
         else:
             row, created = await self._ledger.record(reply), True
         self.metrics.messages_accepted.labels(channel.name).inc()

@@ -19,6 +19,9 @@ provider that appends to the file; the ledger claims at the turn. The sender's o
 scripted errors applies (it waits out a rate limit itself); a scripted ``Unreachable`` is sent as
 ``MessageRejected`` there, which ends that reply alone rather than the whole channel.
 
+``--skew SECONDS``: this process's wall clock (``time.time``) runs that far behind, as a host's
+whose clock is wrong; the delivery file's times stay true.
+
 A reply whose claim was lost at its turn appends ``lost``; in ``--sender`` mode a claim that
 returned appends ``claimed``. Each send appends ``start`` (when the
 send begins) and, ``--send-delay`` later, ``sent`` (the platform has it) as one JSON line each,
@@ -35,9 +38,16 @@ import os
 import sys
 import time
 
-import anyio
+REAL_TIME = time.time  # the delivery file's clock, whatever --skew does to time.time
+if "--skew" in sys.argv:
+    # Before anything else is imported, so every time.time() the process makes (a default
+    # argument bound at import included) reads the wrong clock, as on a host whose clock is off.
+    _SKEW = float(sys.argv[sys.argv.index("--skew") + 1])
+    time.time = lambda: REAL_TIME() - _SKEW
 
-from bridge_core.ledger import (
+import anyio  # noqa: E402
+
+from bridge_core.ledger import (  # noqa: E402
     ClaimLost,
     Delivery,
     DeliveryLedger,
@@ -46,7 +56,7 @@ from bridge_core.ledger import (
     State,
     open_store,
 )
-from bridge_core.provider import (
+from bridge_core.provider import (  # noqa: E402
     Capabilities,
     ChatProvider,
     MessageRef,
@@ -57,7 +67,7 @@ from bridge_core.provider import (
     TransportError,
     Unreachable,
 )
-from bridge_core.sending import ChannelSender, Post
+from bridge_core.sending import ChannelSender, Post  # noqa: E402
 
 SCHEDULE = Schedule(
     resend_delays=(0.05, 0.1),
@@ -113,7 +123,7 @@ class AppendingPlatform:
             "marked": delivery.marker is not None,
             "text": delivery.text,
             "pid": self.pid,
-            "t": time.time(),
+            "t": REAL_TIME(),
         }
         os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
 
@@ -281,4 +291,5 @@ if __name__ == "__main__":
     parser.add_argument("--paced", action="store_true")
     parser.add_argument("--claim-before-turn", action="store_true")
     parser.add_argument("--sender", type=float, default=0.0, help="send through a ChannelSender")
+    parser.add_argument("--skew", type=float, default=0.0, help="run time.time this far behind")
     sys.exit(anyio.run(main, parser.parse_args()))

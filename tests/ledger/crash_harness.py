@@ -512,6 +512,96 @@ def run_postgres_pause(
     return report
 
 
+def run_postgres_skewed(
+    url: str, prefix: str, tmp: Path, *, skew: float, kills: int, seed: int, lease: float = 1.5
+) -> tuple[Report, int, int]:
+    """A healthy child and one whose wall clock runs ``skew`` seconds behind share a PostgreSQL
+    ledger; the skewed one is killed with replies recorded and unsent, ``kills`` times (started
+    again each time), and the healthy one must deliver them. Returns the report, how many of the
+    skewed children's replies were open at their kills, and how many rows ended abandoned as too
+    old (the ledger's freshness bound is an hour in the child)."""
+    import psycopg
+
+    rng = random.Random(seed)
+    out = tmp / "sent.jsonl"
+    extra = ("--prefix", prefix, "--lease", str(lease))
+    report = Report()
+    deaths: dict[int, float] = {}
+    table = f"{prefix}ledger"
+    healthy = _child(url, out, tmp / "h.phase", mode="serve", first=1_000_000, extra=extra)
+    orphaned = 0
+    try:
+        assert _wait_phase(healthy, tmp / "h.phase", "serve", 30), "the healthy child did not start"
+        first = 0
+        for _ in range(kills):
+            skewed = _child(
+                url,
+                out,
+                tmp / "s.phase",
+                mode="serve",
+                first=first,
+                extra=(*extra, "--skew", str(skew)),
+            )
+            assert _wait_phase(skewed, tmp / "s.phase", "serve", 30), (
+                "the skewed child did not start"
+            )
+            time.sleep(rng.uniform(0.05, 0.2))
+            if skewed.poll() is not None:
+                err = skewed.stderr.read().decode() if skewed.stderr else ""
+                raise AssertionError(
+                    f"the skewed child exited ({skewed.returncode}): {err[-2000:]}"
+                )
+            _kill(skewed)
+            deaths[skewed.pid] = time.time()
+            with psycopg.connect(url, autocommit=True) as conn:
+                counts = dict(
+                    conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
+                )
+                left = {
+                    row[0]
+                    for row in conn.execute(
+                        f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', "
+                        "'failed') AND owner LIKE %s",
+                        (f"%|{skewed.pid}|%",),
+                    ).fetchall()
+                }
+                first = 1 + max(
+                    (
+                        _index(r[0])
+                        for r in conn.execute(f"SELECT id FROM {table}").fetchall()
+                        if _index(r[0]) < 1_000_000
+                    ),
+                    default=-1,
+                )
+            orphaned += len(left)
+            report.kills.append(Kill("serve", counts, left, deaths[skewed.pid], skewed.pid))
+            deadline = time.monotonic() + lease + 15
+            while left and time.monotonic() < deadline:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    left = {
+                        row[0]
+                        for row in conn.execute(
+                            f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', "
+                            "'failed') AND owner LIKE %s",
+                            (f"%|{skewed.pid}|%",),
+                        ).fetchall()
+                    }
+                time.sleep(0.05)
+            assert not left, f"the healthy child did not take over {sorted(left)[:5]}"
+    finally:
+        if healthy.poll() is None:
+            _kill(healthy)
+            deaths[healthy.pid] = time.time()
+    with psycopg.connect(url, autocommit=True) as conn:
+        too_old = conn.execute(
+            f"SELECT count(*) FROM {table} WHERE state = 'abandoned' "
+            "AND last_error LIKE '%%freshness%%'"
+        ).fetchone()
+    stale = int(too_old[0]) if too_old else 0
+    _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
+    return report, orphaned, stale
+
+
 def _drain_and_check_postgres(
     url: str,
     table: str,

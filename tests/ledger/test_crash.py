@@ -19,7 +19,7 @@ import pytest
 from bridge_core.testing.services import require_postgres
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crash_harness import run_postgres_pair, run_postgres_pause, run_sqlite
+from crash_harness import run_postgres_pair, run_postgres_pause, run_postgres_skewed, run_sqlite
 
 SEED = int(os.environ.get("BRIDGE_CRASH_SEED", "20261130"))
 soak = pytest.mark.skipif(
@@ -106,6 +106,20 @@ def test_a_process_frozen_past_its_lease_sends_none_of_the_replies_recovered_fro
     # queued reply would be one
     assert report.claims_lost >= 2, report.summary()
     assert report.stale_sends <= 2, report.summary()
+
+
+@pytest.mark.postgres
+def test_a_gateway_whose_clock_is_a_day_behind_leaves_no_reply_too_old(tmp_path: Path) -> None:
+    """Ages are read on the database's clock (ADR 0018): the replies a gateway 25 h behind
+    recorded and left unsent at a SIGKILL are delivered by a healthy one, none abandoned as
+    older than the freshness bound (an hour in the child)."""
+    with postgres_tables() as (url, prefix):
+        report, orphaned, too_old = run_postgres_skewed(
+            url, prefix, tmp_path, skew=25 * 3600.0, kills=3, seed=SEED
+        )
+    print(report.summary())
+    assert orphaned >= 3, report.summary()  # each kill left replies for the survivor
+    assert too_old == 0, report.summary()
 
 
 @pytest.mark.slow
