@@ -8,8 +8,8 @@ Standard library only: an agent process imports this without the gateway's depen
 Every message is one WebSocket text frame holding one JSON object with a ``type``:
 
 client to gateway   ``hello`` ``reply`` ``busy`` ``decline`` ``error`` ``event``
-                    ``stream`` ``final`` (reserved for streaming replies; answered
-                    ``not_supported`` until the gateway implements them)
+                    ``stream`` (a delta of a streamed reply) ``final`` (its end; ``text``,
+                    when given, is the whole final text)
 gateway to client   ``hello`` ``turn`` ``ack`` ``error``
 
 ``parse_client_message`` raises ``ProtocolError`` whose ``code`` (one of ``ERROR_CODES``) and
@@ -82,7 +82,7 @@ MAX_DEPTH = 32
 
 CLIENT_TYPES = ("hello", "reply", "busy", "decline", "error", "event", "stream", "final")
 SERVER_TYPES = ("hello", "turn", "ack", "error")
-RESERVED_TYPES = ("stream", "final")
+RESERVED_TYPES: tuple[str, ...] = ()  # stream and final were reserved; both are implemented now
 
 CLOSE_NORMAL = 1000
 """Either side is done; from the client, a graceful leave of every group it joined."""
@@ -192,7 +192,8 @@ class EventPost:
 
 @dataclass(frozen=True, slots=True)
 class Streamed:
-    """``stream`` (the text so far) or ``final``: reserved for streaming replies."""
+    """``stream`` (a delta of the reply, appended to the text so far) or ``final`` (the end of
+    the stream; a non-empty ``text`` is the whole final text, replacing the deltas')."""
 
     type: str
     turn: str
@@ -416,8 +417,8 @@ class TurnMessage:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """A client message made durable: ``recorded`` is ``reply``, ``busy``, ``decline``, or
-    ``event`` (then ``accepted``/``ignored`` count the events)."""
+    """A client message made durable: ``recorded`` is ``reply``, ``busy``, ``decline``,
+    ``final``, or ``event`` (then ``accepted``/``ignored`` count the events)."""
 
     recorded: str
     turn: str | None = None

@@ -97,7 +97,7 @@ class _Connection:
 @dataclass(frozen=True, slots=True, eq=False)
 class Turn:
     """A person's turn this agent must answer: answer it once with ``reply``, ``busy``,
-    ``decline`` or ``fail``."""
+    ``decline`` or ``fail``, or stream the answer (``stream`` deltas, then ``final``)."""
 
     id: str
     channel: str
@@ -123,6 +123,19 @@ class Turn:
     async def decline(self, reason: str | None = None) -> p.Ack:
         """Settle the turn without answering the person."""
         return await self._session._answer(self, p.Decline(turn=self.id, reason=reason))
+
+    async def stream(self, delta: str) -> None:
+        """Append ``delta`` to a streamed reply (shown as it comes, at the channel's pace; no
+        ack: the latest text wins). End it with ``final``."""
+        await self._session._send(
+            self._connection, p.Streamed(type="stream", turn=self.id, text=delta)
+        )
+
+    async def final(self, text: str | None = None) -> p.Ack:
+        """End a streamed reply (``text``: the whole final text, instead of the deltas');
+        returns once the gateway recorded it durably, like ``reply``."""
+        message = p.Streamed(type="final", turn=self.id, text=text or "")
+        return await self._session._answer(self, message)
 
     async def fail(self, message: str) -> None:
         """Report a failure: nothing is recorded; the turn stays unanswered in the log."""

@@ -12,8 +12,14 @@ For each turn its members must deliver, the connection sends a ``turn`` message 
 answer: ``reply`` (recorded exactly as an in-process agent's: the ledger row, then the frame, then
 an ``ack``, then the send), ``busy`` (the busy notice is recorded as the reply), ``decline`` (a
 frame settles the turn, nothing is sent), ``error`` (nothing is recorded: the turn stays pending
-and moves if this member leaves). At most ``concurrency`` (from ``hello``) turns are out on the
-socket at once; the rest wait in the members' per-conversation queues, not in the socket buffer.
+and moves if this member leaves). A reply may stream: ``stream`` messages carry deltas, shown
+as they come in one message edited at the channel's pace (``StreamedReplies``, the in-process
+agents' machinery), and ``final`` ends it (its ``text``, when given, is the whole final text)
+and is recorded like a ``reply``, with the partial messages' refs, so its send is the last edit
+of those messages. A streamed turn answered otherwise, or left when the connection ends, has
+its partial messages marked interrupted (ADR 0092). At most ``concurrency`` (from ``hello``)
+turns are out on the socket at once; the rest wait in the members' per-conversation queues, not
+in the socket buffer.
 
 How a connection ends decides how its members leave:
 
@@ -24,8 +30,7 @@ How a connection ends decides how its members leave:
 
 Bad input gets an ``error`` naming the problem (``protocol.ERROR_CODES``) and changes nothing;
 ``max_bad_messages`` of them in a row close the connection with ``CLOSE_POLICY``. The handlers
-are looked up by message type in ``AgentConnection.HANDLERS``: the reserved ``stream`` and
-``final`` answer ``not_supported`` until streaming replaces those two entries.
+are looked up by message type in ``AgentConnection.HANDLERS``.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from aiohttp import WSMsgType, web
 from anyio.abc import TaskGroup
 
 import bridge_core.agent.protocol as p
-from bridge_core.conversation import Frame, Turn
+from bridge_core.conversation import Frame, Turn, obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.ledger import Obligation
 from bridge_core.ownership import AgentGroupMember, NotAMember
@@ -204,6 +209,8 @@ class _Held:
     recording: bool = False
     closed: bool = False
     event: anyio.Event = field(default_factory=anyio.Event)
+    streamed: str | None = None  # the obligation of the reply it streams, once a delta came
+    finished: bool = False  # its stream's final was recorded
 
     def wake(self) -> None:
         self.event.set()
@@ -223,8 +230,8 @@ class AgentConnection:
         "decline": "_on_answer",
         "error": "_on_answer",
         "event": "_on_event",
-        "stream": "_on_not_supported",
-        "final": "_on_not_supported",
+        "stream": "_on_stream",
+        "final": "_on_stream",
     }
 
     def __init__(
@@ -474,9 +481,26 @@ class AgentConnection:
     ) -> None:
         await self._hello_sent.wait()
         row: Obligation | None = None
+        held: _Held | None = None
+        try:
+            row, held = await self._hold(name, channel, turn, history)
+            if row is not None:
+                await channel.deliver(row)
+        finally:
+            if held is not None and held.streamed is not None and channel.replies is not None:
+                if not held.finished:  # answered otherwise, or never: its partials say so
+                    channel.replies.interrupt(held.streamed)
+                await channel.replies.close(held.streamed)
+
+    async def _hold(
+        self, name: str, channel: ChannelRuntime, turn: Turn, history: Sequence[Turn | Frame]
+    ) -> tuple[Obligation | None, _Held | None]:
+        """Send ``turn`` on the socket and record its answer: the row to send (if any) and the
+        turn as it was held."""
+        row: Obligation | None = None
         async with self._limiter:
             if self._closed:
-                return  # stays pending: it moves when this member leaves or expires
+                return None, None  # stays pending: it moves when this member leaves or expires
             turn_id = f"{name}/{turn.seq}"
             held = self.held[turn_id] = _Held(turn=turn, channel=name)
             try:
@@ -484,11 +508,10 @@ class AgentConnection:
                 self.stats.turns_sent += 1
                 row = await self._await_answer(turn_id, held, channel)
             except _Closed:
-                return
+                return None, held
             finally:
                 self.held.pop(turn_id, None)
-        if row is not None:
-            await channel.deliver(row)
+        return row, held
 
     async def _await_answer(
         self, turn_id: str, held: _Held, channel: ChannelRuntime
@@ -513,6 +536,8 @@ class AgentConnection:
                 elif isinstance(answer, p.Decline):
                     await member.record_frame(held.turn, DECLINED)
                     row = None
+                elif isinstance(answer, p.Streamed):  # a final
+                    row = await self._record_final(held, answer, channel, member)
                 else:
                     assert isinstance(answer, p.ClientError)
                     log.warning(
@@ -558,31 +583,67 @@ class AgentConnection:
                 pass  # recorded all the same: the reply is sent; only the ack is lost
             return row
 
-    async def _on_answer(self, message: p.Reply | p.Busy | p.Decline | p.ClientError) -> None:
-        held = self.held.get(message.turn)
+    async def _record_final(
+        self,
+        held: _Held,
+        final: p.Streamed,
+        channel: ChannelRuntime,
+        member: AgentGroupMember,
+    ) -> Obligation:
+        assert channel.replies is not None and held.streamed is not None
+        result = await channel.replies.finish(held.streamed, text=final.text or None)
+        text = result.text if result.text.strip() else "(the agent returned an empty reply)"
+        row = await channel.record_reply(held.turn, text, member=member, partials=result.partials)
+        held.finished = True
+        return row
+
+    async def _on_stream(self, message: p.Streamed) -> None:
+        """``stream``: a delta, shown at the channel's pace; ``final``: the end, recorded like
+        a reply (a ``final`` with no stream before it is a plain reply)."""
+        held = self._answerable(message)
+        channel = self.host.agent_channel(held.channel)
+        if channel is None or channel.replies is None:
+            raise p.ProtocolError(
+                "invalid", f"{message.type}: channel {held.channel!r} is gone", turn=message.turn
+            )
+        if held.streamed is None:
+            if message.type == "final":
+                held.answer = p.Reply(turn=message.turn, text=message.text)
+                held.wake()
+                return
+            held.streamed = obligation_id(
+                channel.profile, held.turn.channel, held.turn.message_id, 0
+            )
+            await channel.replies.open(held.streamed, thread=held.turn.thread or channel.thread)
+        if message.type == "stream":
+            await channel.replies.feed(held.streamed, message.text)
+            return
+        held.answer = message
+        held.wake()
+
+    def _answerable(self, message: p.ClientMessage) -> _Held:
+        """The held turn ``message`` answers, if it may still be answered."""
+        turn = getattr(message, "turn", "")
+        held = self.held.get(turn)
         if held is None or held.closed:
             raise p.ProtocolError(
                 "not_held",
-                f"{message.type}: turn {message.turn!r} is not held by this connection (never "
+                f"{message.type}: turn {turn!r} is not held by this connection (never "
                 "sent to it, already answered, or moved to another member); nothing was recorded",
-                turn=message.turn,
+                turn=turn,
             )
         if held.recording or held.answer is not None:
             raise p.ProtocolError(
                 "invalid",
-                f"{message.type}: an answer to turn {message.turn!r} is already being recorded",
-                turn=message.turn,
+                f"{message.type}: an answer to turn {turn!r} is already being recorded",
+                turn=turn,
             )
+        return held
+
+    async def _on_answer(self, message: p.Reply | p.Busy | p.Decline | p.ClientError) -> None:
+        held = self._answerable(message)
         held.answer = message
         held.wake()
-
-    async def _on_not_supported(self, message: p.Streamed) -> None:
-        raise p.ProtocolError(
-            "not_supported",
-            f"{message.type}: streaming replies are not supported by this gateway yet; send the "
-            "whole text as a reply (the turn is still held)",
-            turn=message.turn,
-        )
 
     # ------------------------------------------------------------------ events
 

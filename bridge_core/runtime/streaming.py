@@ -100,6 +100,7 @@ class StreamedReplies:
         self._splitter = splitter
         self._kv = kv
         self.live: dict[str, ReplyStream] = {}
+        self._saved: dict[str, tuple[MessageRef, ...]] = {}  # partial refs last stored
 
     # ------------------------------------------------------------------ running a stream
 
@@ -108,6 +109,18 @@ class StreamedReplies:
     ) -> StreamResult:
         """Show ``deltas`` as they come; the finished text and its partial messages. The stream
         stays in ``live`` (for ``deliver``) until ``close(obligation)``."""
+        await self.open(obligation, thread=thread)
+        try:
+            async for delta in deltas:
+                await self.feed(obligation, delta)
+        except BaseException:
+            self.interrupt(obligation)
+            raise
+        return await self.finish(obligation)
+
+    async def open(self, obligation: str, *, thread: str | None) -> ReplyStream:
+        """Start showing the reply ``obligation`` (after marking a dead process's partials of it
+        interrupted); ``feed`` it, then ``finish`` or ``interrupt`` it."""
         await self.retire_stale(obligation)
         stream = ReplyStream(
             self._sender,
@@ -117,25 +130,44 @@ class StreamedReplies:
             thread=thread,
         )
         self.live[obligation] = stream
-        saved: tuple[MessageRef, ...] = ()
-        try:
-            async for delta in deltas:
-                stream.feed(delta)
-                if stream.partials != saved:
-                    saved = stream.partials
-                    await self._remember(obligation, saved)
-            result = await stream.finish()
-        except BaseException:
-            stream.interrupt()
-            self.live.pop(obligation, None)
-            raise
-        if result.partials != saved:
-            await self._remember(obligation, result.partials)
+        self._saved[obligation] = ()
+        return stream
+
+    async def feed(self, obligation: str, delta: str) -> None:
+        """Append ``delta``; a new partial message's ref is stored before this returns."""
+        stream = self.live[obligation]
+        stream.feed(delta)
+        if stream.partials != self._saved.get(obligation):
+            await self._save(obligation, stream.partials)
+
+    async def finish(self, obligation: str, *, text: str | None = None) -> StreamResult:
+        """The reply is complete: its text and the refs of its partial messages. ``text``, when
+        given, is the final text instead of the deltas' (a connected agent's ``final``); a
+        partial message it has no part for is marked interrupted."""
+        result = await self.live[obligation].finish()
+        if text is not None and text != result.text:
+            parts = len(self.split(text))
+            self.mark_interrupted(result.partials[parts:])
+            result = StreamResult(text, result.partials[:parts])
+        if result.partials != self._saved.get(obligation):
+            await self._save(obligation, result.partials)
         return result
+
+    def interrupt(self, obligation: str) -> None:
+        """The reply will not be finished here: its partial messages say so (never blocks)."""
+        stream = self.live.pop(obligation, None)
+        self._saved.pop(obligation, None)
+        if stream is not None:
+            stream.interrupt()
+
+    async def _save(self, obligation: str, refs: tuple[MessageRef, ...]) -> None:
+        self._saved[obligation] = refs
+        await self._remember(obligation, refs)
 
     async def close(self, obligation: str) -> None:
         """The reply is recorded and its delivery settled: forget its stream and its refs."""
         self.live.pop(obligation, None)
+        self._saved.pop(obligation, None)
         if self._kv is not None:
             with anyio.CancelScope(shield=True):
                 try:

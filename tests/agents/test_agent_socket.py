@@ -19,6 +19,7 @@ from bridge_core.agent import protocol as p
 from bridge_core.conversation import Leave, LeaveReason
 from bridge_core.runtime import Gateway
 from bridge_core.runtime.agent_socket import DECLINED, AgentSockets, AgentSocketSettings
+from bridge_core.streams import INTERRUPTED
 
 from .conftest import AGENT_TOKEN, OPTIONS, TOKEN, Client, frames_answering, make_config, posts, say
 
@@ -149,17 +150,56 @@ async def test_every_message_type_in_one_session(
     await raw.send({"type": "reply", "turn": turn4["turn"], "text": "late"})
     assert (await raw.recv())["code"] == "not_held"
 
-    # stream and final are reserved: "not supported yet", the turn still held
+    # a streamed reply: deltas, then the final, recorded like a reply
     await say(gateway, "stream it", author="eve")
     turn5 = await raw.recv()
-    for kind in ("stream", "final"):
-        await raw.send({"type": kind, "turn": turn5["turn"], "text": "par"})
-        error = await raw.recv()
-        assert error["code"] == "not_supported" and error["turn"] == turn5["turn"]
-        assert kind in error["message"]
-    await raw.send({"type": "reply", "turn": turn5["turn"], "text": "whole"})
-    assert (await raw.recv())["recorded"] == "reply"
+    for delta in ("str", "eamed ", "whole"):
+        await raw.send({"type": "stream", "turn": turn5["turn"], "text": delta})
+    await raw.send({"type": "final", "turn": turn5["turn"]})
+    assert (await raw.recv())["recorded"] == "final"
+    await until(lambda: "streamed whole" in written(tmp_path))
+    await raw.send({"type": "stream", "turn": turn5["turn"], "text": "more"})
+    assert (await raw.recv())["code"] == "not_held"
     await until(lambda: "a9" in " ".join(posts(tmp_path)))  # the event notified ops
+
+
+@pytest.mark.anyio
+async def test_a_stream_ended_otherwise_says_interrupted_and_a_final_may_replace_the_text(
+    gateway: Gateway, client: Client, tmp_path: Path
+) -> None:
+    raw = await client.connect()
+    await raw.hello(concurrency=4)
+    await anyio.sleep(OPTIONS.settle)
+    # streamed, then answered busy: the partial says it was interrupted, the notice is sent
+    await say(gateway, "one", author="ann")
+    turn = await raw.recv()
+    await raw.send({"type": "stream", "turn": turn["turn"], "text": "thinking about "})
+    await until(lambda: any(t.startswith("thinking about") for t in written(tmp_path)))
+    await raw.send({"type": "busy", "turn": turn["turn"], "notice": "too busy"})
+    assert (await raw.recv())["recorded"] == "busy"
+    await until(lambda: INTERRUPTED in written(tmp_path) and "too busy" in written(tmp_path))
+    # a final with its own text replaces the deltas' text in the same message
+    await say(gateway, "two", author="bob")
+    turn = await raw.recv()
+    await raw.send({"type": "stream", "turn": turn["turn"], "text": "draft"})
+    await until(lambda: any(t.startswith("draft") for t in written(tmp_path)))
+    await raw.send({"type": "final", "turn": turn["turn"], "text": "the real answer"})
+    assert (await raw.recv())["recorded"] == "final"
+    await until(lambda: "the real answer" in written(tmp_path))
+    assert "the real answer" not in posts(tmp_path)  # an edit of the draft's message
+    # a final with no stream before it is a plain reply
+    await say(gateway, "three", author="cy")
+    turn = await raw.recv()
+    await raw.send({"type": "final", "turn": turn["turn"], "text": "plain"})
+    assert (await raw.recv())["recorded"] == "reply"
+    await until(lambda: "plain" in posts(tmp_path))
+
+
+def written(tmp_path: Path) -> list[str]:
+    """Every text the console posted or edited, in order."""
+    path = tmp_path / "t.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [line["text"] for line in lines if line["op"] in ("post", "edit")]
 
 
 # ---------------------------------------------------------------------- bad input

@@ -1,10 +1,15 @@
-"""SIGKILL a real gateway while it streams replies, then start it again: every turn ends with
-its full answer delivered once, and no message is left looking finished when it is not (each
-stale partial says it was interrupted)."""
+"""SIGKILL a real gateway while it streams replies and start it again, or SIGKILL a connected
+agent process mid-stream and let another answer: every turn ends with its full answer delivered
+once, and no message is left looking finished when it is not (each stale partial says it was
+interrupted)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -106,3 +111,94 @@ def test_sigkill_mid_stream_then_restart_answers_every_turn_once(
     assert left["other"] == [], "a message was left showing a partial answer"
     assert len(left["final"]) == 3
     assert set(left["interrupted"]) == stale
+
+
+AGENT_TOKEN = "stream-agent-token"
+WORKER = HERE / "stream_agent_worker.py"
+
+
+def agent_config(path: Path, *, transcript: Path, ledger: Path) -> Path:
+    path.write_text(
+        "\n".join(
+            [
+                "[profiles.con]",
+                'provider = "console"',
+                f'settings = {{ transcript = "{transcript}", output = "none", inbound = "-", '
+                'inbound_channel = "ops", budget = { burst = 5, per_second = 20.0, '
+                "edit_spacing = 0.2 } }",
+                "[channels.ops]",
+                'profile = "con"',
+                'channel_id = "ops"',
+                'agent_group = "support"',
+                "[stores]",
+                f'ledger = "{ledger}"',
+                "[api]",
+                "port = 0",
+                'agent_tokens = { streamer = { env = "STREAM_AGENT_TOKEN" } }',
+                "",
+            ]
+        )
+    )
+    return path
+
+
+def start_agent(gw: GatewayProcess, workdir: Path, name: str) -> subprocess.Popen[bytes]:
+    ready = workdir / f"{name}.ready"
+    url = gw.url.replace("http://", "ws://") + "/v1/agents"
+    with (workdir / f"{name}.err").open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, str(WORKER), url, AGENT_TOKEN, name, str(ready)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""},
+        )
+    wait_for(ready.exists, timeout=20, what=f"{name} joined (see {workdir / (name + '.err')})")
+    return process
+
+
+def test_sigkill_a_connected_agent_mid_stream_then_another_answers_once(
+    tmp_path: Path, gateways: list[GatewayProcess]
+) -> None:
+    transcript = tmp_path / "transcript.jsonl"
+    config = agent_config(
+        tmp_path / "bridge.toml", transcript=transcript, ledger=tmp_path / "bridge.sqlite3"
+    )
+    gw = GatewayProcess(
+        config,
+        tmp_path,
+        args=["--settle", "0", "--heartbeat", "0.2"],
+        stdin=True,
+        env={"STREAM_AGENT_TOKEN": AGENT_TOKEN},
+    )
+    gateways.append(gw)
+    gw.start()
+    first = start_agent(gw, tmp_path, "first")
+    try:
+        answers = {"q0": full_answer("q0")}
+        gw.say(json.dumps({"id": "m0", "text": "q0", "thread": "t0"}))
+        wait_for(lambda: streaming_edits(transcript, "q0") >= 2, what="the reply streaming")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        stale = set(last_texts(transcript))
+        assert not any(body(t) in answers.values() for t in last_texts(transcript).values())
+        second = start_agent(gw, tmp_path, "second")
+        try:
+            wait_for(
+                lambda: (
+                    finals_by_answer(transcript, answers) == {"q0": 1}
+                    and all(last_texts(transcript)[m] == INTERRUPTED for m in stale)
+                ),
+                timeout=30,
+                what="the answer delivered once and the stale partial marked interrupted",
+            )
+        finally:
+            second.kill()
+            second.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert gw.stop() == 0
+    final = last_texts(transcript)
+    assert finals_by_answer(transcript, answers) == {"q0": 1}
+    assert all(text == INTERRUPTED or body(text) in answers.values() for text in final.values())
