@@ -20,6 +20,7 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: notify-examples -->
     <!-- generated: ledger-markers -->
     <!-- generated: ledger-schedule -->
+    <!-- generated: streaming-timeline -->
 
 ``on_page_markdown`` replaces each marker with markdown rendered from the live objects
 (``bridge_core.provider.ERROR_TABLE``, the pydantic config models, the files in ``docs/adr/``,
@@ -42,7 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # mkdocs puts this file's folder on sys.path while it loads the hooks; so do the tests.
-from bridge_docgen import code_tables, config, project
+from bridge_docgen import code_tables, config, project, streaming
 
 __all__ = ["GENERATORS", "MARKER", "expand_markers", "on_page_markdown"]
 
@@ -67,6 +68,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "platform-errors": code_tables.platform_errors,
     "provider-settings": config.provider_settings,
     "readme-commands": project.readme_commands,
+    "streaming-timeline": streaming.streaming_timeline,
 }
 
 

@@ -413,3 +413,11 @@ def test_the_agent_example_runs(tmp_path: Path) -> None:
             await agent(second, [second])
 
     anyio.run(scenario)
+
+
+def test_the_streaming_page_draws_a_real_simulate_run(site: Path) -> None:
+    page = (site / "concepts" / "streaming" / "index.html").read_text(encoding="utf-8")
+    assert "<svg" in page and "timeline of one streamed reply" in page
+    dots = page.count("<circle")
+    posts, edits = (int(n) for n in re.findall(r"(\d+) post and (\d+) edits", page)[0])
+    assert dots == posts + edits and posts == 1 and 3 <= edits <= 8
