@@ -50,7 +50,8 @@ Exception hierarchy::
 
 from __future__ import annotations
 
-from bridge_core.ledger.engine import DeliveryLedger, DisabledLedger, SweepReport
+from bridge_core.ledger.disabled import DisabledLedger
+from bridge_core.ledger.engine import DeliveryLedger, SweepReport
 from bridge_core.ledger.kv import key_value_store
 from bridge_core.ledger.memory import MemoryBackend, MemoryLedgerStore
 from bridge_core.ledger.model import (

@@ -13,7 +13,6 @@ import dataclasses
 import heapq
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from functools import partial
@@ -22,7 +21,6 @@ import anyio
 import anyio.abc
 
 from bridge_core.ledger.model import ClaimLost, Deliver, Delivery, Obligation, Reply, State
-from bridge_core.ledger.rows import new_row
 from bridge_core.ledger.schedule import (
     Abandon,
     Schedule,
@@ -33,7 +31,7 @@ from bridge_core.ledger.schedule import (
 from bridge_core.ledger.store import CLAIMABLE_STATES, LedgerStore, Scope
 from bridge_core.provider import LedgerAction, ProviderError, reading_for
 
-__all__ = ["DeliveryLedger", "DisabledLedger", "SweepReport"]
+__all__ = ["DeliveryLedger", "SweepReport"]
 
 log = logging.getLogger("bridge_core.ledger")
 
@@ -127,6 +125,7 @@ class DeliveryLedger:
         # Forbidden), by (profile, channel): id -> fence. Their last attempt is due at the next
         # start or when the channel proves healthy here, whichever comes first (ADR 0029).
         self._parked: dict[tuple[str, str], dict[str, int]] = {}
+        self._dead_seen: set[str] = set()  # dead owners whose rows a sweep already looked at
 
     # ------------------------------------------------------------------ recording and sending
 
@@ -432,6 +431,23 @@ class DeliveryLedger:
         dead = await self.boot_sweep()
         return mine + dead
 
+    async def watch_deaths(self) -> SweepReport:
+        """Sweep the rows of dead owners as soon as the store sees a new one die (its lease
+        expired; its process is gone), rather than at the next periodic sweep (ADR 0019)."""
+        dead = await self.store.dead_owners()
+        new = dead - self._dead_seen
+        self._dead_seen = dead  # an owner whose rows are all taken is no longer listed
+        if not new:
+            return SweepReport()
+        report = await self.boot_sweep()
+        log.info(
+            "ledger: %d owner(s) died (%s); took over their rows: %s",
+            len(new),
+            sorted(new)[:3],
+            report,
+        )
+        return report
+
     async def prune(self) -> int:
         """Delete delivered rows older than ``schedule.keep_delivered``."""
         return await self.store.prune(delivered_before=self._clock() - self.schedule.keep_delivered)
@@ -489,6 +505,7 @@ class DeliveryLedger:
                 group.start_soon(self._every, renew_interval, self.store.renew, "lease renewal")
             group.start_soon(self._every, self.schedule.prune_interval, self.prune, "pruning")
             group.start_soon(self._serve_timers, group)
+            group.start_soon(self._every, self.schedule.death_watch, self.watch_deaths, "watch")
 
             async def sweep() -> None:
                 await anyio.sleep(self.schedule.sweep_interval)
@@ -528,74 +545,3 @@ class _ClaimOnBegin:
     def held(self) -> Obligation:
         assert self.claimed is not None, "begin() has not claimed the row"
         return self.claimed
-
-
-class DisabledLedger:
-    """``delivery_ledger = false``: the same calls as ``DeliveryLedger``, nothing recorded.
-
-    Each reply is sent once; a failed send is not retried and a crash loses the replies in
-    flight. Right for a bot where a duplicate is unacceptable and a lost reply is acceptable.
-    The rows it returns exist only in memory.
-    """
-
-    def __init__(self, *, deliver: Deliver, clock: Callable[[], float] = time.time) -> None:
-        self._deliver = deliver
-        self._clock = clock
-
-    async def record(self, reply: Reply) -> Obligation:
-        return new_row(reply, owner=None, now=self._clock())
-
-    async def submit(self, reply: Reply) -> Obligation:
-        return await self.deliver_now(await self.record(reply))
-
-    async def deliver_now(self, row: Obligation) -> Obligation:
-        refs = []
-        for part, body in enumerate(row.chunks):
-            delivery = Delivery(
-                obligation_id=row.id,
-                profile=row.profile,
-                platform=row.platform,
-                channel=row.channel,
-                thread=row.thread,
-                reply_to=row.reply_to,
-                body=body,
-                marker=None,
-                part=part,
-                parts=len(row.chunks),
-                fence=0,
-                attempt=1,
-                partial=row.partials[part] if part < len(row.partials) else None,
-                poster_alive=True,
-            )
-            try:
-                refs.append(await self._deliver(delivery))
-            except Exception as error:
-                log.warning("ledger disabled: reply %s lost: %r", row.id, error)
-                return dataclasses.replace(
-                    row, state=State.ABANDONED, attempts=1, last_error=repr(error)[:500]
-                )
-        return dataclasses.replace(row, state=State.DELIVERED, attempts=1, delivered=tuple(refs))
-
-    async def boot_sweep(self) -> SweepReport:
-        return SweepReport()
-
-    def channel_proven(self, profile: str, channel: str) -> None:
-        return None
-
-    async def sweep_due(self) -> SweepReport:
-        return SweepReport()
-
-    async def redeliver_failed(self, platform: str) -> SweepReport:
-        return SweepReport()
-
-    async def prune(self) -> int:
-        return 0
-
-    async def counts_by_state(self) -> dict[State, int]:
-        return dict.fromkeys(State, 0)
-
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        task_status.started()
-        await anyio.sleep(math.inf)

@@ -83,6 +83,14 @@ class MemoryLedgerStore:
     async def renew(self) -> None:
         return None
 
+    async def dead_owners(self) -> set[str]:
+        live = self.backend.live
+        return {
+            row.owner
+            for row in self.backend.rows.values()
+            if row.owner is not None and not row.state.final and row.owner not in live
+        }
+
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
         existing = self.backend.rows.get(reply.obligation_id)
         if existing is not None:

@@ -221,6 +221,13 @@ class PostgresLedgerStore:
         self._clock_samples = [*self._clock_samples[-15:], sample]
         self._clock_offset = min(self._clock_samples)[1]
 
+    async def dead_owners(self) -> set[str]:
+        async with self.connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT owner FROM {self._owners} WHERE lease_until < clock_timestamp()"
+            )
+            return {owner for (owner,) in await cursor.fetchall()}
+
     async def aclose(self) -> None:
         if self._free is None:
             return

@@ -56,7 +56,8 @@ class Schedule:
     ``resend_delays[k]`` is the in-process wait before resend ``k + 1`` after a transient
     failure; resends past the delays (the third) are left to the next start. ``max_resends``
     and ``freshness`` bound resending; then the row is abandoned. ``keep_delivered`` is how long
-    delivered rows are kept before pruning.
+    delivered rows are kept before pruning. ``death_watch`` is how often the ledger asks its
+    store whether an owner died, to take that owner's rows over at once (ADR 0019).
     """
 
     resend_delays: tuple[float, ...] = (30.0, 120.0)
@@ -65,6 +66,7 @@ class Schedule:
     keep_delivered: float = 7 * 24 * 3600.0
     default_penalty: float = 5.0
     sweep_interval: float = 15.0
+    death_watch: float = 0.5
     prune_interval: float = 3600.0
     concurrency: int = 64
 
@@ -73,7 +75,14 @@ class Schedule:
             raise ValueError(f"Schedule.max_resends must be >= 0, got {self.max_resends}")
         if any(d < 0 for d in self.resend_delays):
             raise ValueError(f"Schedule.resend_delays must be >= 0, got {self.resend_delays}")
-        for name in ("freshness", "keep_delivered", "sweep_interval", "prune_interval"):
+        positive = (
+            "freshness",
+            "keep_delivered",
+            "sweep_interval",
+            "prune_interval",
+            "death_watch",
+        )
+        for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"Schedule.{name} must be positive, got {getattr(self, name)}")
         if self.concurrency < 1:

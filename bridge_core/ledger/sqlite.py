@@ -211,6 +211,18 @@ class SQLiteLedgerStore:
         known = self._known.pop(obligation_id, None)
         return known if known is not None and known.fence == fence else None
 
+    async def dead_owners(self) -> set[str]:
+        def run(conn: sqlite3.Connection) -> list[str]:
+            self._forget_live()
+            found = conn.execute(
+                "SELECT DISTINCT owner FROM ledger WHERE state IN ('pending', 'attempting', "
+                "'failed') AND owner IS NOT NULL"
+            )
+            return [owner for (owner,) in found]
+
+        # read through the open rows' index; liveness from /proc (remembered for the dead)
+        return {owner for owner in await self.writer.call(run) if not self._alive(owner)}
+
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
         # The new row is built here rather than read back: the writer thread does less.
         fresh = new_row(reply, owner=self._owner, now=now)

@@ -78,6 +78,12 @@ class LedgerStore(Protocol):
         """Keep this process's ownership alive (a lease renewal where the store has leases)."""
         ...
 
+    async def dead_owners(self) -> set[str]:
+        """Owners known to this ledger that are dead now and may hold open rows (PostgreSQL: an
+        expired lease; SQLite and memory: the owner of an open row whose process is gone). The
+        ledger sweeps when a new one appears, so a dead gateway's replies move at once."""
+        ...
+
     async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
         """Durably record ``reply`` as ``pending``; an existing id is left alone and returned.
         The boolean says whether this call created the row."""

@@ -90,24 +90,17 @@ async def open_ledger(
     """The delivery ledger and its store; no store when the config turns the ledger off."""
     if not stores.delivery_ledger:
         return None, DisabledLedger(deliver=deliver)
-    store: LedgerStore
-    if stores.ledger_url is not None and options.ledger_lease is not None:
-        from bridge_core.ledger.postgres import PostgresLedgerStore
-
-        postgres = PostgresLedgerStore(
-            stores.ledger_url,
-            lease=options.ledger_lease,
-            table_prefix=options.ledger_table_prefix,
-        )
-        await postgres.open()
-        store = postgres
-    else:
-        where = stores.ledger_url or str(stores.ledger_path)
-        store = await open_store(
-            where,
-            owner=options.ledger_owner,
-            table_prefix=options.ledger_table_prefix,
-        )
+    where = stores.ledger_url or str(stores.ledger_path)
+    store = await open_store(
+        where,
+        owner=options.ledger_owner,
+        table_prefix=options.ledger_table_prefix,
+        # a dead gateway's replies are taken over when its membership would expire, renewed
+        # four times a lease: the same liveness its turns move on (ADR 0019)
+        lease=options.ledger_lease
+        if options.ledger_lease is not None
+        else options.membership_expiry,
+    )
     stack.push_async_callback(store.aclose)
     ledger = DeliveryLedger(
         store,

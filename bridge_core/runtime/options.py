@@ -61,7 +61,14 @@ class GatewayOptions:
     key_prefix: str = "bridge"
     default_agent: str | None = None  # for channels without an ``agent`` of their own
     public_url: str | None = None  # how platforms reach this gateway (handed to providers)
-    ledger_lease: float | None = None  # PostgreSQL owner lease (tests, unusual deployments)
+    # PostgreSQL owner lease; None: the membership's expiry, so a dead gateway's replies move
+    # with its turns (ADR 0019)
+    ledger_lease: float | None = None
     ledger_table_prefix: str = "bridge_"
     ledger_owner: str | None = None  # this process's owner id in the ledger (tests)
     reconnect_backoff: float = DEFAULT_INITIAL_BACKOFF  # first wait before rebuilding inbound
+
+    @property
+    def membership_expiry(self) -> float:
+        """How long a silent gateway counts as a live member (``expiry``, else 3 heartbeats)."""
+        return self.expiry if self.expiry is not None else 3.0 * self.heartbeat

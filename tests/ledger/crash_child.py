@@ -45,6 +45,8 @@ if "--skew" in sys.argv:
     _SKEW = float(sys.argv[sys.argv.index("--skew") + 1])
     time.time = lambda: REAL_TIME() - _SKEW
 
+from dataclasses import replace  # noqa: E402
+
 import anyio  # noqa: E402
 
 from bridge_core.ledger import (  # noqa: E402
@@ -216,7 +218,7 @@ async def main(args: argparse.Namespace) -> int:
         store,
         deliver=platform.deliver if paced is None else paced.deliver,
         profiles={"X"},
-        schedule=SCHEDULE,
+        schedule=SCHEDULE if not args.sweep else replace(SCHEDULE, sweep_interval=args.sweep),
         deliver_begins=(args.paced or paced is not None) and not args.claim_before_turn,
     )
     async with anyio.create_task_group() as group:
@@ -292,4 +294,5 @@ if __name__ == "__main__":
     parser.add_argument("--claim-before-turn", action="store_true")
     parser.add_argument("--sender", type=float, default=0.0, help="send through a ChannelSender")
     parser.add_argument("--skew", type=float, default=0.0, help="run time.time this far behind")
+    parser.add_argument("--sweep", type=float, default=0.0, help="the periodic sweep's interval")
     sys.exit(anyio.run(main, parser.parse_args()))

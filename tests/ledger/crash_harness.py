@@ -592,6 +592,7 @@ def run_postgres_skewed(
         if healthy.poll() is None:
             _kill(healthy)
             deaths[healthy.pid] = time.time()
+    _record_final_kills(url, table, [healthy], deaths, report)
     with psycopg.connect(url, autocommit=True) as conn:
         too_old = conn.execute(
             f"SELECT count(*) FROM {table} WHERE state = 'abandoned' "
@@ -600,6 +601,105 @@ def run_postgres_skewed(
     stale = int(too_old[0]) if too_old else 0
     _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
     return report, orphaned, stale
+
+
+def measure_takeover(
+    url: str, prefix: str, tmp: Path, *, kills: int, lease: float, sweep: float, seed: int
+) -> tuple[list[float], Report]:
+    """Seconds from each SIGKILL of one of two live children on a PostgreSQL ledger (``lease``,
+    periodic sweep every ``sweep`` s) until every reply it left open was delivered or abandoned
+    by the survivor. The victim is started again after each measurement."""
+    import psycopg
+
+    rng = random.Random(seed)
+    out = tmp / "sent.jsonl"
+    extra = ("--prefix", prefix, "--lease", str(lease), "--sweep", str(sweep))
+    table = f"{prefix}ledger"
+    report = Report()
+    deaths: dict[int, float] = {}
+    phases = [tmp / "a.phase", tmp / "b.phase"]
+    firsts = [0, 1_000_000]
+    children = [
+        _child(url, out, phases[n], mode="serve", first=firsts[n], extra=extra) for n in range(2)
+    ]
+    times: list[float] = []
+
+    def open_of(conn: Any, pid: int) -> set[str]:
+        return {
+            row[0]
+            for row in conn.execute(
+                f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', 'failed') "
+                "AND owner LIKE %s AND (next_attempt_at IS NULL OR NOT penalty)",
+                (f"%|{pid}|%",),
+            ).fetchall()
+        }
+
+    try:
+        for n in range(2):
+            assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
+        for number in range(kills):
+            time.sleep(rng.uniform(0.3, 0.6))
+            victim = children[number % 2]
+            _kill(victim)
+            killed = time.monotonic()
+            deaths[victim.pid] = time.time()
+            with psycopg.connect(url, autocommit=True) as conn:
+                left = open_of(conn, victim.pid)
+                counts = dict(
+                    conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
+                )
+                report.kills.append(Kill("serve", counts, left, deaths[victim.pid], victim.pid))
+                assert left, "the kill left nothing to recover"
+                waiting = set(left)
+                while waiting and time.monotonic() - killed < lease + 60:
+                    waiting = {
+                        row[0]
+                        for row in conn.execute(
+                            f"SELECT id FROM {table} WHERE id = ANY(%s) AND state NOT IN "
+                            "('delivered', 'abandoned')",
+                            (sorted(waiting),),
+                        ).fetchall()
+                    }
+                    time.sleep(0.01)
+            assert not waiting, f"not recovered within {lease + 60} s: {sorted(waiting)[:3]}"
+            times.append(time.monotonic() - killed)
+            firsts[number % 2] = 10_000_000 * (number + 1)  # a fresh range of replies
+            children[number % 2] = _child(
+                url, out, phases[number % 2], mode="serve", first=firsts[number % 2], extra=extra
+            )
+            assert _wait_phase(children[number % 2], phases[number % 2], "serve", 30)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                _kill(child)
+                deaths[child.pid] = time.time()
+    _record_final_kills(url, table, children, deaths, report)
+    # every check, including: no reply passed from a process to another while the first lived
+    _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
+    return times, report
+
+
+def _record_final_kills(
+    url: str,
+    table: str,
+    children: list[subprocess.Popen[bytes]],
+    deaths: dict[int, float],
+    report: Report,
+) -> None:
+    """The kills that end a run: record what each left attempting, as ``run_postgres_pair``
+    does, so the checks know those rows were in flight."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        counts = dict(
+            conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
+        )
+        attempting = dict(
+            conn.execute(f"SELECT id, owner FROM {table} WHERE state = 'attempting'").fetchall()
+        )
+    for child in children:
+        left = {oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner}
+        report.kills.append(Kill("stop", counts, left, deaths[child.pid], child.pid))
 
 
 def _drain_and_check_postgres(

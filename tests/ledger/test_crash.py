@@ -19,7 +19,13 @@ import pytest
 from bridge_core.testing.services import require_postgres
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crash_harness import run_postgres_pair, run_postgres_pause, run_postgres_skewed, run_sqlite
+from crash_harness import (
+    measure_takeover,
+    run_postgres_pair,
+    run_postgres_pause,
+    run_postgres_skewed,
+    run_sqlite,
+)
 
 SEED = int(os.environ.get("BRIDGE_CRASH_SEED", "20261130"))
 soak = pytest.mark.skipif(
@@ -120,6 +126,21 @@ def test_a_gateway_whose_clock_is_a_day_behind_leaves_no_reply_too_old(tmp_path:
     print(report.summary())
     assert orphaned >= 3, report.summary()  # each kill left replies for the survivor
     assert too_old == 0, report.summary()
+
+
+@pytest.mark.postgres
+def test_a_dead_gateways_replies_move_within_its_lease_plus_a_second(tmp_path: Path) -> None:
+    """The survivor learns of the death from the expired lease (renewed four times a lease, the
+    gateway's lease being its membership's expiry) and sweeps at once (ADR 0019): every reply
+    the victim left open is delivered within the lease plus a second, though the periodic sweep
+    runs only every 30 s here; and no reply ever passed from a live process to another."""
+    lease = 1.5
+    with postgres_tables() as (url, prefix):
+        times, report = measure_takeover(
+            url, prefix, tmp_path, kills=2, lease=lease, sweep=30.0, seed=SEED
+        )
+    print(f"recovered in {', '.join(f'{t:.2f}' for t in times)} s;", report.summary())
+    assert len(times) == 2 and max(times) <= lease + 1.0, (times, report.summary())
 
 
 @pytest.mark.slow

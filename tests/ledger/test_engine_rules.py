@@ -363,7 +363,8 @@ async def test_a_live_owners_rows_are_left_to_it() -> None:
 
 async def test_a_dead_owners_rows_are_recovered_by_the_periodic_sweep() -> None:
     platform, backend = Platform(), MemoryBackend()
-    schedule = Schedule(sweep_interval=10)
+    # the death watch off (ADR 0019): the periodic sweep alone must still recover the rows
+    schedule = Schedule(sweep_interval=10, death_watch=1000)
     survivor = await started(backend, platform, "p1", schedule=schedule)
     victim = await started(backend, platform, "p2", schedule=schedule)
     row = await victim.ledger.record(reply())
@@ -422,3 +423,21 @@ def test_schedule_constants_and_marker_shape() -> None:
     with pytest.raises(ValueError, match="profile"):
         DeliveryLedger(MemoryLedgerStore(), deliver=Platform().deliver, profiles=())
     assert issubclass(RateLimited, ProviderError)
+
+
+async def test_a_dead_owners_rows_are_recovered_as_soon_as_the_death_is_seen() -> None:
+    platform, backend = Platform(), MemoryBackend()
+    schedule = Schedule(sweep_interval=10)  # the death watch asks every 0.5 s (ADR 0019)
+    survivor = await started(backend, platform, "p1", schedule=schedule)
+    victim = await started(backend, platform, "p2", schedule=schedule)
+    row = await victim.ledger.record(reply())
+    assert await victim.store.claim(row.id, fence=row.fence, now=wall()) is not None
+    async with anyio.create_task_group() as group:
+        await group.start(survivor.ledger.run)
+        await anyio.sleep(25.2)
+        assert platform.sent == []  # its owner still lives
+        victim.crash()
+        await anyio.sleep(10)
+        group.cancel_scope.cancel()
+    assert platform.times(row.id) == [25.5]  # the next look, not the next sweep (at 30)
+    assert platform.texts(row.id) == [f"{MARKER}\nanswer to m1"]

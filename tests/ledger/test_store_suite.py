@@ -281,3 +281,16 @@ async def test_key_value_store_beside_the_ledger(harness: Any) -> None:
     assert await kv.get("slack", "ref:1") == b"other"
     with pytest.raises(ValueError, match="must not be empty"):
         await kv.put("", "k", b"v")
+
+
+async def test_dead_owners_names_a_killed_owner_and_never_a_live_one(harness: Any) -> None:
+    victim = await harness.store()
+    alive = await harness.store()
+    store = await harness.store(me=True)
+    await victim.record(reply("d1"), now=NOW)
+    await alive.record(reply("d2"), now=NOW)
+    assert victim.owner not in await store.dead_owners()
+    await harness.kill(victim)
+    dead = await store.dead_owners()
+    assert victim.owner in dead
+    assert alive.owner not in dead and store.owner not in dead
