@@ -41,6 +41,7 @@ from bridge_core.provider import (
     post_key,
     posting_with_key,
 )
+from bridge_core.retry_after import MAX_RETRY_AFTER, parse_retry_after, retry_after_header
 from bridge_core.text import (
     chunk,
     find_invalid_text,
@@ -60,6 +61,7 @@ __all__ = [
     "BUDGET_PRESETS",
     "BridgeError",
     "DISCORD_BUDGET",
+    "MAX_RETRY_AFTER",
     "SLACK_BUDGET",
     "TEAMS_BUDGET",
     "Capabilities",
@@ -96,4 +98,6 @@ __all__ = [
     "prepare",
     "valid_json",
     "valid_text",
+    "parse_retry_after",
+    "retry_after_header",
 ]

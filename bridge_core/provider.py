@@ -327,6 +327,9 @@ class LengthUnit(enum.Enum):
     CHARACTERS = "characters"  # Unicode code points
     UTF16 = "utf16"  # UTF-16 code units (JavaScript string length)
     BYTES = "bytes"  # UTF-8 bytes of the payload
+    # Bytes of the text as a JSON string with ASCII-only escapes (Python's json.dumps default, as
+    # msrest sends it): "\x1b" is 6 (\u001b), "é" 6, an emoji 12 (a surrogate pair), '"' 2.
+    JSON_ASCII = "json_ascii"
 
 
 class StreamingMode(enum.Enum):

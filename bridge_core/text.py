@@ -2,16 +2,24 @@
 
 Escaping comes first because it lengthens text (``@everyone`` becomes ``@\u200beveryone``,
 ``&`` becomes ``&amp;``); chunking then splits at the provider's declared maximum, in the unit that
-platform counts, never inside a character (a surrogate pair or a UTF-8 sequence) and never inside
-an escape or a platform token such as ``<@U123>`` or ``&amp;``.
+platform counts, and only where a reader sees a boundary: between grapheme clusters (never inside
+an emoji sequence, a flag or a letter with its accents, let alone a surrogate pair or a UTF-8
+sequence), never inside an escape or a platform token such as ``<@U123>`` or ``&amp;``. A cut
+inside a fenced code block closes the fence at the end of the part and reopens it, with its info
+string, at the start of the next, so every part renders as code where the whole did (ADR 0065).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import regex
 
 from bridge_core.provider import LengthUnit
 
@@ -36,6 +44,16 @@ ATOMIC_TOKENS = re.compile(r"&#?\w{1,10};|<[^<>\s]{1,200}>")
 
 _MASS = re.compile(r"@(everyone|here|channel)\b", re.IGNORECASE)
 
+# An extended grapheme cluster (Unicode UAX #29): what a reader sees as one character.
+_GRAPHEME = regex.compile(r"\X", regex.DOTALL)
+
+# A CommonMark code fence line: up to three spaces, three or more backticks or tildes, an info
+# string (a backtick fence's may not contain backticks).
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n]*)$", re.MULTILINE)
+
+# JSON escapes of the characters json.dumps does not write as themselves.
+_JSON_SHORT = frozenset('"\\\b\f\n\r\t')
+
 
 def neutralise_mass_mentions(text: str) -> str:
     """Break ``@everyone``, ``@here`` and ``@channel`` with a zero-width space."""
@@ -47,8 +65,10 @@ def measure(text: str, unit: LengthUnit) -> int:
     if unit is LengthUnit.CHARACTERS:
         return len(text)
     if unit is LengthUnit.UTF16:
-        return len(text.encode("utf-16-le")) // 2
-    return len(text.encode("utf-8"))
+        return len(text.encode("utf-16-le", "surrogatepass")) // 2
+    if unit is LengthUnit.JSON_ASCII:
+        return len(json.dumps(text)) - 2
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _char_cost(ch: str, unit: LengthUnit) -> int:
@@ -57,6 +77,12 @@ def _char_cost(ch: str, unit: LengthUnit) -> int:
     code = ord(ch)
     if unit is LengthUnit.UTF16:
         return 2 if code > 0xFFFF else 1
+    if unit is LengthUnit.JSON_ASCII:
+        if ch in _JSON_SHORT:
+            return 2
+        if code < 0x20 or 0x7F <= code <= 0xFFFF:
+            return 6  # \u001b, \u007f, \u00e9
+        return 1 if code < 0x7F else 12  # an astral character is a \ud83d\ude00 pair
     if code < 0x80:
         return 1
     if code < 0x800:
@@ -64,6 +90,113 @@ def _char_cost(ch: str, unit: LengthUnit) -> int:
     if code < 0x10000:
         return 3
     return 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    """A fenced code block: its body runs from ``body_start`` to ``end`` (the closing line's
+    start, or the text's end when the agent left it open)."""
+
+    opener_start: int
+    body_start: int
+    end: int
+    opener: str  # the opening line as written, e.g. "```python"
+    closer: str  # the fence characters that close it, e.g. "```"
+
+    def holds(self, position: int) -> bool:
+        """Whether a cut at ``position`` leaves a part ending (or beginning) inside the block."""
+        return self.body_start <= position <= self.end
+
+
+def _fences(text: str) -> list[_Fence]:
+    if "```" not in text and "~~~" not in text:
+        return []
+    fences: list[_Fence] = []
+    opening: re.Match[str] | None = None
+    for line in _FENCE_LINE.finditer(text):
+        marks, info = line.group(1), line.group(2)
+        if opening is None:
+            if marks[0] == "`" and "`" in info:
+                continue  # inline code such as ```a``` is no fence
+            opening = line
+            continue
+        opened = opening.group(1)
+        if marks[0] == opened[0] and len(marks) >= len(opened) and not info.strip():
+            fences.append(_fence(opening, line.start()))
+            opening = None
+    if opening is not None:
+        fences.append(_fence(opening, len(text)))
+    return fences
+
+
+def _fence(opening: re.Match[str], end: int) -> _Fence:
+    return _Fence(
+        opener_start=opening.start(),
+        body_start=min(opening.end() + 1, end),
+        end=end,
+        opener=opening.group(0).lstrip(" "),
+        closer=opening.group(1),
+    )
+
+
+class _Cutter:
+    """Where ``text`` may be cut, and what each span costs in ``unit``."""
+
+    def __init__(self, text: str, unit: LengthUnit, atomic: re.Pattern[str]) -> None:
+        self.text = text
+        self.unit = unit
+        self.fences = _fences(text)
+        forbidden: set[int] = set()
+        for match in atomic.finditer(text):
+            forbidden.update(range(match.start() + 1, match.end()))
+        for fence in self.fences:
+            # Never inside an opening line, nor right after it (a part of nothing but "```py").
+            forbidden.update(range(fence.opener_start + 1, fence.body_start + 1))
+        self.graphemes = [m.end() for m in _GRAPHEME.finditer(text)]
+        self.allowed = [p for p in self.graphemes if p not in forbidden]
+        self.allowed_set = frozenset(self.allowed)
+        self.costs = [0, *itertools.accumulate(_char_cost(ch, unit) for ch in text)]
+
+    def cost(self, start: int, end: int) -> int:
+        return self.costs[end] - self.costs[start]
+
+    def fence_at(self, position: int) -> _Fence | None:
+        if 0 < position < len(self.text):
+            for fence in self.fences:
+                if fence.holds(position):
+                    return fence
+        return None
+
+    def cut(self, start: int, budget: int) -> int:
+        """The best end for a part starting at ``start`` costing at most ``budget``."""
+        end = bisect.bisect_right(self.costs, self.costs[start] + budget, lo=start) - 1
+        if end >= len(self.text):
+            return len(self.text)
+        if end <= start:
+            char = self.text[start]
+            raise ValueError(
+                f"a part of at most {budget} {self.unit.value} cannot hold the character "
+                f"U+{ord(char):04X} at position {start}: raise max_length"
+            )
+        cut = _last_at_most(self.allowed, start, end)
+        if cut is None:
+            # A token or a grapheme cluster longer than a whole part: cut it rather than loop.
+            cut = _last_at_most(self.graphemes, start, end) or end
+            return cut
+        soft_floor = start + max(1, (cut - start) * 4 // 5)
+        for separator in ("\n", " "):
+            position = self.text.rfind(separator, soft_floor, cut)
+            if position != -1 and (position + 1) in self.allowed_set:
+                return position + 1
+        return cut
+
+
+def _last_at_most(positions: list[int], start: int, end: int) -> int | None:
+    """The largest of the sorted ``positions`` in ``(start, end]``."""
+    index = bisect.bisect_right(positions, end) - 1
+    if index >= 0 and positions[index] > start:
+        return positions[index]
+    return None
 
 
 def chunk(
@@ -75,48 +208,46 @@ def chunk(
 ) -> list[str]:
     """Split ``text`` into pieces of at most ``max_length`` units.
 
-    Prefers to break after a newline, then after a space, within the last fifth of a piece; never
-    inside a character or an ``atomic`` token. An empty text is one empty piece.
+    Cuts only between grapheme clusters and outside ``atomic`` tokens, preferring a newline, then
+    a space, within the last fifth of a piece; a token or cluster longer than a whole piece is cut
+    (it cannot fit anywhere). A cut inside a fenced code block closes the fence at the end of the
+    piece and reopens it at the start of the next (when the fence lines take at most a quarter of
+    ``max_length``). An empty text is one empty piece. Raises ``ValueError`` when ``max_length``
+    cannot hold a single character of the text.
     """
     if max_length < 1:
         raise ValueError(f"max_length must be at least 1, got {max_length}")
     if measure(text, unit) <= max_length:
         return [text]
-    # Positions where a cut is allowed: not inside an atomic token.
-    forbidden: set[int] = set()
-    for match in atomic.finditer(text):
-        if match.end() - match.start() > 1:
-            forbidden.update(range(match.start() + 1, match.end()))
+    cutter = _Cutter(text, unit, atomic)
+    # Fence lines must leave room for text: in tiny parts (a test's) the cuts stay plain.
+    repair = bool(cutter.fences) and all(
+        measure(f"{fence.opener}\n\n{fence.closer}", unit) <= max_length // 4
+        for fence in cutter.fences
+    )
+    longest_close = max((measure(f"\n{f.closer}", unit) for f in cutter.fences), default=0)
     pieces: list[str] = []
     start = 0
     n = len(text)
     while start < n:
-        used = 0
-        end = start
-        while end < n:
-            cost = _char_cost(text[end], unit)
-            if used + cost > max_length:
-                break
-            used += cost
-            end += 1
-        if end >= n:
-            pieces.append(text[start:])
-            break
-        cut = end
-        while cut > start and cut in forbidden:
-            cut -= 1
-        if cut == start:
-            # A token longer than a whole piece: cut it rather than loop forever.
-            cut = end
-        soft_floor = start + max(1, (cut - start) * 4 // 5)
-        for sep in ("\n", " "):
-            pos = text.rfind(sep, soft_floor, cut)
-            if pos != -1 and (pos + 1) not in forbidden:
-                cut = pos + 1
-                break
-        pieces.append(text[start:cut])
+        reopened = cutter.fence_at(start) if repair else None
+        prefix = f"{reopened.opener}\n" if reopened is not None else ""
+        budget = max_length - measure(prefix, unit)
+        cut = cutter.cut(start, budget)
+        suffix = _closing(cutter, cut) if repair else ""
+        if suffix and cutter.cost(start, cut) + measure(suffix, unit) > budget:
+            cut = cutter.cut(start, budget - longest_close)
+            suffix = _closing(cutter, cut)
+        pieces.append(prefix + text[start:cut] + suffix)
         start = cut
     return pieces
+
+
+def _closing(cutter: _Cutter, cut: int) -> str:
+    fence = cutter.fence_at(cut)
+    if fence is None:
+        return ""
+    return fence.closer if cutter.text[cut - 1] == "\n" else f"\n{fence.closer}"
 
 
 def prepare(

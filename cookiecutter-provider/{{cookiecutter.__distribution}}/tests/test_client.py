@@ -20,7 +20,6 @@ from bridge_core import (
 from pydantic import SecretStr
 
 from {{ cookiecutter.__package }}.client import ApiClient
-from {{ cookiecutter.__package }}.errors import retry_after_seconds
 
 BASE = "https://api.test.invalid/v1"
 TOKEN = "respx-secret-token"
@@ -160,13 +159,21 @@ async def test_no_response_is_a_transport_error(failure_to_raise: httpx.HTTPErro
         await api.aclose()
 
 
-def test_retry_after_parsing() -> None:
-    assert retry_after_seconds("3") == 3.0
-    assert retry_after_seconds("1.5") == 1.5
-    assert retry_after_seconds(None) is None
-    assert retry_after_seconds("soon") is None
-    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
-    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+@pytest.mark.parametrize(
+    ("header", "expected"), [("3", 3.0), ("1.5", 1.5), ("soon", None), ("nan", None)]
+)
+@respx.mock
+async def test_a_429_carries_the_parsed_retry_after(header: str, expected: float | None) -> None:
+    respx.post(f"{BASE}/channels/C1/messages").mock(
+        return_value=httpx.Response(429, headers={"Retry-After": header})
+    )
+    api = client()
+    try:
+        with pytest.raises(RateLimited) as caught:
+            await api.post_message("C1", "hello", thread=None)
+    finally:
+        await api.aclose()
+    assert caught.value.retry_after == expected
 
 
 def test_repr_hides_the_token() -> None:

@@ -22,8 +22,6 @@ FILL IN: replace ``CODE_TO_ERROR`` with your platform's documented error codes, 
 
 from __future__ import annotations
 
-import email.utils
-import time
 from typing import Any
 
 import httpx
@@ -35,13 +33,13 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    retry_after_header,
 )
 
 __all__ = [
     "CODE_TO_ERROR",
     "error_from_exception",
     "error_from_response",
-    "retry_after_seconds",
 ]
 
 # The platform's error codes (the "code" of an error body) and what each one means to the core.
@@ -60,23 +58,6 @@ CODE_TO_ERROR: dict[str, type[ProviderError]] = {
     "internal_error": TransportError,
     "service_unavailable": TransportError,
 }
-
-
-def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
-    """A ``Retry-After`` header in seconds: delta-seconds or an HTTP date; None when absent or
-    unreadable (the core then backs off on its own)."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    return max(0.0, seconds)
 
 
 def _code_of(body: Any) -> str | None:
@@ -104,9 +85,9 @@ def error_from_response(response: httpx.Response, *, where: str) -> ProviderErro
     detail = f"HTTP {status}" + (f" {code}" if code else "")
     message = f"{{ cookiecutter.provider_name }} refused {where}: {detail}"
     if status == 429 or code == "rate_limited":
-        return RateLimited(
-            message, retry_after=retry_after_seconds(response.headers.get("Retry-After"))
-        )
+        # The core's one Retry-After parser: seconds or an HTTP date; garbage, negative and
+        # non-finite values give None (the core backs off on its own), huge ones are capped.
+        return RateLimited(message, retry_after=retry_after_header(response.headers))
     if code is not None and code in CODE_TO_ERROR:
         return CODE_TO_ERROR[code](message)
     if status == 401:

@@ -23,6 +23,7 @@ import discord
 import yarl
 from discord.http import HTTPClient, Route
 
+from bridge_core import retry_after_header
 from bridge_discord.settings import DEFAULT_API_BASE
 
 __all__ = [
@@ -59,11 +60,8 @@ async def _on_request_end(
     status = params.response.status
     call.statuses.append(status)
     if status == 429:
-        raw = params.response.headers.get("Retry-After")
-        try:
-            call.retry_after = float(raw) if raw is not None else call.retry_after
-        except ValueError:
-            pass
+        seen = retry_after_header(params.response.headers)
+        call.retry_after = seen if seen is not None else call.retry_after
 
 
 def make_trace_config() -> aiohttp.TraceConfig:

@@ -32,6 +32,7 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    retry_after_header,
 )
 
 __all__ = ["CODE_TABLE", "map_discord_error"]
@@ -55,17 +56,6 @@ _BODY_STATUSES = frozenset({400, 413, 422})
 """Statuses that refuse the request's body, read when the JSON ``code`` is not in the table."""
 
 
-def _retry_after_header(error: discord.HTTPException) -> float | None:
-    headers = getattr(error.response, "headers", None)
-    if headers is None:
-        return None
-    raw = headers.get("Retry-After")
-    try:
-        return float(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
 def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
     """The core error for a discord.py (or aiohttp) exception raised while doing ``where``.
 
@@ -86,7 +76,7 @@ def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
             # A 429 discord.py did not absorb: a Cloudflare block or a body it could not read.
             return RateLimited(
                 f"Discord refused {where} with 429 ({detail}); back off",
-                retry_after=_retry_after_header(error),
+                retry_after=retry_after_header(getattr(error.response, "headers", None)),
             )
         if code in CODE_TABLE:
             kind, meaning = CODE_TABLE[code]

@@ -52,9 +52,10 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    retry_after_header,
 )
 
-__all__ = ["RATE_LIMIT_CODES", "SLACK_ERRORS", "map_slack_error", "parse_retry_after"]
+__all__ = ["RATE_LIMIT_CODES", "SLACK_ERRORS", "map_slack_error"]
 
 RATE_LIMIT_CODES = frozenset({"ratelimited", "rate_limited"})
 
@@ -92,20 +93,6 @@ SLACK_ERRORS: Mapping[str, tuple[type[ProviderError], str]] = {
 }
 
 
-def parse_retry_after(headers: Mapping[str, Any] | None) -> float | None:
-    """``Retry-After`` in seconds (Slack sends an integer), or ``None`` when absent or odd."""
-    if not headers:
-        return None
-    for key, value in headers.items():
-        if str(key).lower() == "retry-after":
-            try:
-                seconds = float(value)
-            except (TypeError, ValueError):
-                return None
-            return seconds if seconds >= 0 else None
-    return None
-
-
 def map_slack_error(
     *,
     method: str,
@@ -117,7 +104,7 @@ def map_slack_error(
     """The core error for a refused Slack API call (HTTP ``status``, ``error`` ``code``)."""
     where = f"Slack {method}" + (f" to channel {channel}" if channel else "")
     if status == 429 or code in RATE_LIMIT_CODES:
-        retry_after = parse_retry_after(headers)
+        retry_after = retry_after_header(headers)
         wait = f"retry after {retry_after:g} s" if retry_after is not None else "no Retry-After"
         return RateLimited(f"{where}: rate limited ({wait})", retry_after=retry_after)
     if code is not None and code in SLACK_ERRORS:

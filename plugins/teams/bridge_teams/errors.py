@@ -37,6 +37,7 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    retry_after_header,
 )
 from bridge_teams.transport import CredentialsError
 
@@ -71,14 +72,6 @@ def _code_of(error: HttpOperationError) -> str:
         return ""
 
 
-def _retry_after(response: Any) -> float | None:
-    raw = getattr(response, "headers", {}).get("Retry-After")
-    try:
-        return float(raw) if raw is not None else None
-    except ValueError:
-        return None
-
-
 def map_teams_error(error: BaseException, *, operation: Operation, where: str) -> ProviderError:
     """The core error for an SDK exception raised while doing ``where``. Messages carry the
     status and the connector's error code, never headers or tokens."""
@@ -95,7 +88,8 @@ def map_teams_error(error: BaseException, *, operation: Operation, where: str) -
         detail = f"HTTP {status}" + (f" {code}" if code else "")
         if status == 429:
             return RateLimited(
-                f"Teams throttled {where} ({detail})", retry_after=_retry_after(response)
+                f"Teams throttled {where} ({detail})",
+                retry_after=retry_after_header(getattr(response, "headers", None)),
             )
         if code in CODE_TABLE:
             kind, meaning = CODE_TABLE[code]
