@@ -18,12 +18,15 @@ from collections.abc import Mapping
 from datetime import UTC
 from typing import Any
 
+from bridge_core.provider import RETRY_AFTER_LIMIT
+
 __all__ = ["MAX_RETRY_AFTER", "parse_retry_after", "retry_after_header"]
 
-MAX_RETRY_AFTER = 3600.0
+MAX_RETRY_AFTER = RETRY_AFTER_LIMIT
 """The longest wait taken from a platform: an hour, the longest window any supported platform
-documents (Teams' 1,800 sends an hour). A longer announced wait is read as this one; the call
-after it learns whether the platform still refuses."""
+documents (Teams' 1,800 sends an hour), and the most a ``RateLimited`` accepts (ADR 0027). A
+longer announced wait is read as this one; the call after it learns whether the platform still
+refuses."""
 
 
 def parse_retry_after(value: object, *, now: float | None = None) -> float | None:

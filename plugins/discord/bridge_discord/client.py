@@ -1,21 +1,17 @@
-"""discord.py's client, pointed at a configurable API base and watched per call.
+"""discord.py's client for the gateway connection, pointed at a configurable API base.
+
+Only the gateway uses discord.py (its login, ``GET /users/@me``, and the websocket); the
+provider's sends go through ``bridge_discord.rest``, one request per call (ADR 0066).
 
 discord.py builds every request URL from the class attribute ``discord.http.Route.BASE``; changing
 that attribute would move every client in the process. ``RebasedHTTPClient`` instead rewrites the
 URL of each request it sends, so two providers (or two tests) can talk to two different bases.
-
-``CallTrace`` records, for the call running in the current task, the responses discord.py saw on
-the way (it absorbs 429s and 5xx resends internally), so a call cut off by our own deadline can
-still say "rate limited, retry after N s" instead of a bare timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -23,51 +19,9 @@ import discord
 import yarl
 from discord.http import HTTPClient, Route
 
-from bridge_core import retry_after_header
 from bridge_discord.settings import DEFAULT_API_BASE
 
-__all__ = [
-    "DEFAULT_API_BASE",
-    "BridgeClient",
-    "CallTrace",
-    "RebasedHTTPClient",
-    "current_call",
-    "make_trace_config",
-]
-
-
-@dataclass(slots=True)
-class CallTrace:
-    """What discord.py saw while performing one of our calls."""
-
-    statuses: list[int] = field(default_factory=list)
-    retry_after: float | None = None
-
-
-current_call: ContextVar[CallTrace | None] = ContextVar("bridge_discord_call", default=None)
-
-
-async def _on_request_end(
-    session: aiohttp.ClientSession,
-    context: SimpleNamespace,
-    params: aiohttp.TraceRequestEndParams,
-) -> None:
-    # aiohttp runs trace callbacks inside the request coroutine, i.e. in the calling task, so the
-    # context variable is the one our call set.
-    call = current_call.get()
-    if call is None:
-        return
-    status = params.response.status
-    call.statuses.append(status)
-    if status == 429:
-        seen = retry_after_header(params.response.headers)
-        call.retry_after = seen if seen is not None else call.retry_after
-
-
-def make_trace_config() -> aiohttp.TraceConfig:
-    trace = aiohttp.TraceConfig()
-    trace.on_request_end.append(_on_request_end)
-    return trace
+__all__ = ["DEFAULT_API_BASE", "BridgeClient", "RebasedHTTPClient"]
 
 
 class RebasedHTTPClient(HTTPClient):
@@ -115,19 +69,16 @@ class BridgeClient(discord.Client):
         intents: discord.Intents,
         max_ratelimit_timeout: float,
     ) -> None:
-        trace = make_trace_config()
         super().__init__(
             intents=intents,
             allowed_mentions=discord.AllowedMentions.none(),
             max_ratelimit_timeout=max_ratelimit_timeout,
-            http_trace=trace,
         )
         http = RebasedHTTPClient(
             base_url,
             self.loop,
             gateway_url=gateway_url,
             max_ratelimit_timeout=max_ratelimit_timeout,
-            http_trace=trace,
         )
         # discord.Client offers no way to pass an HTTP client in; the state shares the same one.
         self.http = http

@@ -1,9 +1,10 @@
-"""Reading discord.py's exceptions as the core's error taxonomy.
+"""Reading Discord's answers (and discord.py's exceptions, at the gateway's login) as the core's
+error taxonomy.
 
 Discord answers errors with an HTTP status and a JSON body carrying a numeric ``code``; the code is
 the more precise of the two, so it is read first and the status is the fallback::
 
-    discord.RateLimited, 429 (Cloudflare) -> RateLimited(retry_after)
+    429 (Discord's or Cloudflare's), discord.RateLimited -> RateLimited(retry_after)
     10003 Unknown Channel, 10015 Unknown Webhook, 401 -> Unreachable
     10008 Unknown Message, 30046 too many edits to an old message -> NotFound
     50001 Missing Access, 50013 Missing Permissions, 50083 archived thread, 403 -> Forbidden
@@ -21,6 +22,9 @@ read as ``Unreachable`` and one malformed message gave up the whole channel.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import aiohttp
 import discord
 
@@ -32,10 +36,11 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    parse_retry_after,
     retry_after_header,
 )
 
-__all__ = ["CODE_TABLE", "map_discord_error"]
+__all__ = ["CODE_TABLE", "map_discord_error", "map_discord_response"]
 
 CODE_TABLE: dict[int, tuple[type[ProviderError], str]] = {
     10003: (Unreachable, "Unknown Channel: the channel was deleted or the id is wrong"),
@@ -56,42 +61,58 @@ _BODY_STATUSES = frozenset({400, 413, 422})
 """Statuses that refuse the request's body, read when the JSON ``code`` is not in the table."""
 
 
-def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
-    """The core error for a discord.py (or aiohttp) exception raised while doing ``where``.
+def map_discord_response(
+    *, status: int, body: Any, headers: Mapping[str, str] | None, where: str
+) -> ProviderError:
+    """The core error for Discord's answer ``status`` with JSON ``body`` (``None`` when it was not
+    JSON) to the call ``where`` (``"post to channel 123"``)."""
+    details = body if isinstance(body, dict) else {}
+    raw_code = details.get("code")
+    code = raw_code if isinstance(raw_code, int) and not isinstance(raw_code, bool) else 0
+    detail = f"HTTP {status}, code {code}"
+    if status == 429:
+        # Discord's body says retry_after in seconds (a float); a Cloudflare block sends text
+        # with only the header. The core's parser reads both and refuses garbage (ADR 0064).
+        retry_after = parse_retry_after(details.get("retry_after"))
+        if retry_after is None:
+            retry_after = retry_after_header(headers)
+        scope = "globally " if details.get("global") is True else ""
+        wait = f"retry after {retry_after:g} s" if retry_after is not None else "no retry-after"
+        return RateLimited(f"Discord {scope}rate limited {where} ({wait})", retry_after=retry_after)
+    if code in CODE_TABLE:
+        kind, meaning = CODE_TABLE[code]
+        return kind(f"Discord refused {where}: {meaning} ({detail})")
+    if status == 401:
+        return Unreachable(f"Discord refused {where}: bad bot token ({detail})")
+    if status == 403:
+        return Forbidden(f"Discord refused {where}: forbidden ({detail})")
+    if status == 404:
+        return NotFound(f"Discord refused {where}: not found ({detail})")
+    if status >= 500:
+        return TransportError(f"Discord failed {where} with a server error ({detail})")
+    if status in _BODY_STATUSES:
+        return MessageRejected(f"Discord refused the message in {where} ({detail})")
+    return Unreachable(f"Discord refused {where} ({detail}); resending will not help")
 
-    ``where`` names the call and its target (``"post to channel 123"``); messages never include
-    the request headers, so the bot token cannot leak through them.
-    """
+
+def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
+    """The core error for a discord.py (or aiohttp) exception raised while doing ``where`` (the
+    gateway's login; sends go through ``bridge_discord.rest``)."""
     if isinstance(error, discord.RateLimited):
         return RateLimited(
             f"Discord rate limited {where} for {error.retry_after:.2f} s",
-            retry_after=error.retry_after,
+            retry_after=parse_retry_after(error.retry_after),
         )
     if isinstance(error, discord.LoginFailure):
         return Unreachable(f"Discord refused the bot token during {where}: check the token setting")
     if isinstance(error, discord.HTTPException):
-        status, code = error.status, error.code
-        detail = f"HTTP {status}, code {code}"
-        if status == 429:
-            # A 429 discord.py did not absorb: a Cloudflare block or a body it could not read.
-            return RateLimited(
-                f"Discord refused {where} with 429 ({detail}); back off",
-                retry_after=retry_after_header(getattr(error.response, "headers", None)),
-            )
-        if code in CODE_TABLE:
-            kind, meaning = CODE_TABLE[code]
-            return kind(f"Discord refused {where}: {meaning} ({detail})")
-        if status == 401:
-            return Unreachable(f"Discord refused {where}: bad bot token ({detail})")
-        if status == 403:
-            return Forbidden(f"Discord refused {where}: forbidden ({detail})")
-        if status == 404:
-            return NotFound(f"Discord refused {where}: not found ({detail})")
-        if status >= 500:
-            return TransportError(f"Discord failed {where} with a server error ({detail})")
-        if status in _BODY_STATUSES:
-            return MessageRejected(f"Discord refused the message in {where} ({detail})")
-        return Unreachable(f"Discord refused {where} ({detail}); resending will not help")
+        response = getattr(error, "response", None)
+        return map_discord_response(
+            status=error.status,
+            body={"code": error.code},
+            headers=getattr(response, "headers", None),
+            where=where,
+        )
     if isinstance(error, TimeoutError):
         return TransportError(f"Discord did not answer {where} in time")
     if isinstance(error, (OSError, aiohttp.ClientError, discord.GatewayNotFound)):

@@ -1,19 +1,19 @@
-"""The Discord provider: REST sends through discord.py, inbound through its gateway.
+"""The Discord provider: REST sends of its own (``bridge_discord.rest``), inbound through
+discord.py's gateway.
 
-Sends never hide a resend from the ledger: every create carries a fresh ``nonce`` with
-``enforce_nonce`` (discord.py sets it with the nonce), so discord.py's own resends after a 5xx
-return the first message instead of posting a second one. discord.py sleeps through short 429s
-itself; each call runs under our own deadline (``call_deadline``), and a call cut off while
-discord.py waits on a 429 surfaces as ``RateLimited`` with the platform's retry-after, so the
-core's sender, not the SDK, decides what waits.
+Each post, edit and probe is exactly one HTTP request under one deadline (``call_deadline``): a
+429 surfaces at once as ``RateLimited`` with Discord's retry-after, a 5xx or a lost connection as
+``TransportError``, and the core's sender, not an SDK, decides what waits and what is resent
+(ADR 0066). A call cut off by the deadline leaves nothing behind, so the next one goes out.
+Every create still carries a fresh ``nonce`` with ``enforce_nonce``: a proxy that resends a
+create gets the first message back instead of a second.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import discord
@@ -27,20 +27,18 @@ from bridge_core import (
     MessageRejected,
     NotFound,
     ProviderError,
-    RateLimited,
     TransportError,
     Unreachable,
     measure,
     neutralise_mass_mentions,
 )
-from bridge_discord.client import BridgeClient, CallTrace, current_call
+from bridge_discord.client import BridgeClient
 from bridge_discord.errors import map_discord_error
 from bridge_discord.inbound import inbound_from_message
+from bridge_discord.rest import DiscordRest
 from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
 
 __all__ = ["CAPABILITIES", "MAX_LENGTH", "DiscordProvider", "DiscordSettings"]
-
-T = TypeVar("T")
 
 _SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
 
@@ -51,8 +49,10 @@ _INTENTS_ADVICE = (
     "the developer portal, or set message_content_intent = false"
 )
 
-# discord.py refuses anything shorter; our own deadline is what actually bounds a call.
+# discord.py refuses anything shorter. Only the gateway's login goes through discord.py's HTTP
+# client now, under our own deadline.
 _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
+_NO_MENTIONS: dict[str, Any] = {"parse": []}
 
 
 class DiscordProvider(ChatProvider):
@@ -69,6 +69,11 @@ class DiscordProvider(ChatProvider):
         self._base_url = (api_base_url or settings.api_base_url).rstrip("/")
         self._client: BridgeClient | None = None
         self._lock = anyio.Lock()
+        self._rest = DiscordRest(
+            base_url=self._base_url,
+            token=settings.token.get_secret_value(),
+            timeout=settings.call_deadline,
+        )
 
     def __repr__(self) -> str:
         return f"DiscordProvider(profile={self._profile!r}, api_base_url={self._base_url!r})"
@@ -114,6 +119,10 @@ class DiscordProvider(ChatProvider):
             return client
 
     async def aclose(self) -> None:
+        await self._close_gateway()
+        await self._rest.aclose()
+
+    async def _close_gateway(self) -> None:
         async with self._lock:
             client, self._client = self._client, None
         if client is not None:
@@ -121,33 +130,16 @@ class DiscordProvider(ChatProvider):
 
     # ------------------------------------------------------------------ calls
 
-    async def _call(self, where: str, action: Callable[[BridgeClient], Awaitable[T]]) -> T:
-        client = await self._ready_client()
-        trace = CallTrace()
-        token = current_call.set(trace)
-        failure: ProviderError
+    async def _call(
+        self, method: str, path: str, *, where: str, body: dict[str, Any] | None = None
+    ) -> Any:
+        deadline = self._settings.call_deadline
         try:
-            with anyio.fail_after(self._settings.call_deadline):
-                return await action(client)
+            with anyio.fail_after(deadline):
+                return await self._rest.request(method, path, where=where, body=body)
         except TimeoutError:
-            if 429 in trace.statuses:
-                failure = RateLimited(
-                    f"Discord kept rate limiting {where} past the "
-                    f"{self._settings.call_deadline:g} s deadline",
-                    retry_after=trace.retry_after,
-                )
-            else:
-                failure = TransportError(
-                    f"Discord did not complete {where} within {self._settings.call_deadline:g} "
-                    f"s (responses seen: {trace.statuses or 'none'})"
-                )
-        except Exception as exc:
-            failure = map_discord_error(exc, where=where)
-        finally:
-            current_call.reset(token)
-        # Raised outside the except block so the SDK's exception (whose response's request
-        # carries the bot token) is not chained as __context__.
-        raise failure
+            pass
+        raise TransportError(f"Discord did not complete {where} within the {deadline:g} s deadline")
 
     @staticmethod
     def _snowflake(value: str, what: str) -> int:
@@ -171,23 +163,26 @@ class DiscordProvider(ChatProvider):
         target = self._snowflake(thread or channel, "thread" if thread else "channel")
         self._check_length(text)
         where = f"post to {'thread' if thread else 'channel'} {target}"
-        # A fresh nonce per call: Discord returns the first message for a repeated nonce, which
-        # makes discord.py's internal 5xx resends of this request safe.
-        nonce = secrets.token_hex(12)
-
-        async def send(client: BridgeClient) -> discord.Message:
-            messageable = client.get_partial_messageable(target)
-            return await messageable.send(
-                text, nonce=nonce, allowed_mentions=discord.AllowedMentions.none()
-            )
-
+        body = {
+            "content": text,
+            "allowed_mentions": _NO_MENTIONS,
+            # A fresh nonce per call: Discord returns the first message for a repeated nonce,
+            # so a create resent by anything between us and Discord cannot post twice.
+            "nonce": secrets.token_hex(12),
+            "enforce_nonce": True,
+        }
         try:
-            message = await self._call(where, send)
+            message = await self._call(
+                "POST", f"/channels/{target}/messages", where=where, body=body
+            )
         except NotFound as exc:
             # A post has no message to lose: a 404 here means the channel itself is gone.
             gone = Unreachable(str(exc))
         else:
-            return MessageRef(channel=channel, message_id=str(message.id), thread=thread)
+            message_id = message.get("id") if isinstance(message, dict) else None
+            if not isinstance(message_id, str) or not message_id:
+                raise TransportError(f"Discord accepted the {where} but returned no message id")
+            return MessageRef(channel=channel, message_id=message_id, thread=thread)
         raise gone
 
     async def edit(self, ref: MessageRef, text: str) -> MessageRef:
@@ -195,24 +190,18 @@ class DiscordProvider(ChatProvider):
         message_id = self._snowflake(ref.message_id, "message")
         self._check_length(text)
         where = f"edit of message {message_id} in channel {target}"
-
-        async def update(client: BridgeClient) -> Any:
-            partial = client.get_partial_messageable(target).get_partial_message(message_id)
-            return await partial.edit(content=text, allowed_mentions=discord.AllowedMentions.none())
-
-        await self._call(where, update)
+        body = {"content": text, "allowed_mentions": _NO_MENTIONS}
+        await self._call(
+            "PATCH", f"/channels/{target}/messages/{message_id}", where=where, body=body
+        )
         return ref
 
     async def probe(self, channel: str) -> bool | None:
         """Whether the bot can see ``channel`` (GET /channels/{id}). Seeing is not always
         sending (a read-only channel answers True); the sender's re-check send covers that."""
         target = self._snowflake(channel, "channel")
-
-        async def look(client: BridgeClient) -> Any:
-            return await client.http.get_channel(target)
-
         try:
-            await self._call(f"probe of channel {target}", look)
+            await self._call("GET", f"/channels/{target}", where=f"probe of channel {target}")
         except (Forbidden, NotFound, Unreachable):
             return False
         return True
@@ -263,5 +252,5 @@ class DiscordProvider(ChatProvider):
         finally:
             client.message_handler = None
             with anyio.CancelScope(shield=True):  # close the session even when cancelled
-                await self.aclose()
+                await self._close_gateway()
         raise failure

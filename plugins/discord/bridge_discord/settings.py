@@ -49,10 +49,10 @@ class DiscordSettings(BaseModel):
     """The websocket URL of Discord's gateway, used with ``inbound``. Not set: the one discord.py
     uses (``wss://gateway.discord.gg``). Change it only for a proxy or a test's fake."""
     call_deadline: float = Field(15.0, gt=0, le=120)
-    """Seconds one call (login, post, edit, probe) may take in all, including the short rate-limit
-    waits discord.py sits through itself. A call cut off while rate limited fails as ``RateLimited``
-    with Discord's retry-after, any other as a transport error, and the core's sender paces the
-    retry; lower it to take rate limits out of discord.py's hands sooner."""
+    """Seconds one call (a post, an edit, a probe: each one request; or the gateway's login) may
+    take. A call with no answer by then fails as a transport error and the core's sender decides
+    when to resend; a rate limit never waits inside a call (it fails at once as ``RateLimited``
+    with Discord's retry-after)."""
     inbound: bool = False
     """Connect to Discord's gateway and hand what people write (in server channels, their threads,
     and direct messages) to the channel's agent. Off for a bot that only posts."""
