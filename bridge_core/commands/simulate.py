@@ -111,7 +111,9 @@ FALLBACK_CAPABILITIES: dict[str, Capabilities] = {
     "discord": Capabilities(
         edit=True, max_length=2000, length_unit=LengthUnit.UTF16, threads=True, probe=True
     ),
-    "teams": Capabilities(edit=True, max_length=8000, length_unit=LengthUnit.BYTES, threads=True),
+    "teams": Capabilities(
+        edit=True, max_length=24_000, length_unit=LengthUnit.JSON_ASCII, threads=True
+    ),
     "console": Capabilities(edit=True, max_length=4000, threads=True, probe=True),
 }
 FALLBACK_BUDGETS: dict[str, SendBudget] = {**BUDGET_PRESETS, "console": UNLIMITED_BUDGET}

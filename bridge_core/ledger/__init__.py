@@ -27,7 +27,8 @@ How the runtime uses it::
 ``deliver(delivery)`` posts ``delivery.text`` (the part, after the recovery marker when the send
 may be a duplicate) to ``delivery.channel`` / ``delivery.thread`` and returns the ``MessageRef``;
 it raises ``ProviderError`` subclasses, read through ``bridge_core.provider.ERROR_TABLE``. The
-runtime chunks replies leaving ``MARKER_HEADROOM`` characters free in each part. When
+runtime chunks replies leaving ``marker_headroom(unit)`` free in each part, in the platform's
+unit. When
 ``deliver`` waits for the channel's turn (a paced sender), build the ledger with
 ``deliver_begins=True`` and have ``deliver`` await ``delivery.begin()`` right before the platform
 call: the row is claimed then, so a reply still queued at a crash goes out clean, unlabelled.
@@ -71,12 +72,14 @@ from bridge_core.ledger.schedule import (
     MARKER_PARTIAL,
     Schedule,
     is_marked,
+    marker_headroom,
 )
 from bridge_core.ledger.store import LedgerStore, Scope
 
 __all__ = [
     "MARKER",
     "MARKER_HEADROOM",
+    "marker_headroom",
     "MARKER_PARTIAL",
     "ClaimLost",
     "Deliver",

@@ -79,7 +79,8 @@ class Reply:
     """A final reply to deliver to one conversation, exactly as it must go out.
 
     ``chunks`` are the parts the runtime already cut for the platform (leave room for the
-    recovery marker: ``MARKER_HEADROOM`` characters); empty means one part, ``text``.
+    recovery marker: ``marker_headroom(unit)`` in the platform's unit); empty means one part,
+    ``text``.
     ``obligation_id`` is derived from what the reply answers (``Reply.answering``) or is a
     client's idempotency key: recording the same id twice is a no-op.
     ``partials`` are the messages a streamed reply already shows (one per part, in order): the

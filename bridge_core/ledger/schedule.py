@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridge_core.ledger.model import Obligation, State
-from bridge_core.provider import LedgerAction, RateLimited, reading_for
+from bridge_core.provider import LedgerAction, LengthUnit, RateLimited, reading_for
+from bridge_core.text import measure
 
 __all__ = [
     "MARKER",
@@ -23,6 +24,7 @@ __all__ = [
     "after_failure",
     "is_marked",
     "marker_for",
+    "marker_headroom",
     "needs_marker",
     "verdict_at_claim",
 ]
@@ -37,7 +39,16 @@ MARKER_PARTIAL = (
 """Put before the first part resent after some parts of a chunked reply were delivered."""
 
 MARKER_HEADROOM = len(MARKER_PARTIAL) + 1
-"""Characters to leave free in each part when chunking a reply (the marker and a newline)."""
+"""Characters to leave free in each part for the marker and a newline; chunk with
+``marker_headroom(unit)``, which counts them in the platform's own unit."""
+
+
+def marker_headroom(unit: LengthUnit) -> int:
+    """What the longest recovery marker and its newline take of a part, counted in ``unit`` (the
+    provider's ``capabilities.length_unit``): 107 UTF-8 bytes where it is 101 characters. A part
+    chunked at ``max_length - marker_headroom(unit)`` still fits when it is resent marked."""
+    return max(measure(f"{marker}\n", unit) for marker in (MARKER, MARKER_PARTIAL))
+
 
 _MARKER_START = "♻️ Recovered reply — "
 _MARKER_END = "may be a duplicate:"

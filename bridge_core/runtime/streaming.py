@@ -25,7 +25,7 @@ from typing import Protocol
 
 import anyio
 
-from bridge_core.ledger import MARKER_HEADROOM, Delivery, Obligation, Reply
+from bridge_core.ledger import Delivery, Obligation, Reply, marker_headroom
 from bridge_core.provider import ChatProvider, KeyValueStore, MessageRef, NotFound
 from bridge_core.sending import ChannelSender, Edit, Post, Priority
 from bridge_core.streams import INTERRUPTED, PartSplitter, ReplyStream, StreamResult
@@ -46,9 +46,10 @@ KV_NAMESPACE = "bridge.streams"
 
 
 def split_reply(text: str, provider: ChatProvider) -> tuple[str, ...]:
-    """Escape, then chunk at the provider's maximum, leaving room for the recovery marker."""
+    """Escape, then chunk at the provider's maximum, leaving room for the recovery marker counted
+    in the provider's own unit (a part resent marked must still fit, ADR 0067)."""
     caps = provider.capabilities
-    room = max(1, caps.max_length - MARKER_HEADROOM)
+    room = max(1, caps.max_length - marker_headroom(caps.length_unit))
     return tuple(prepare(text, escape=provider.escape, max_length=room, unit=caps.length_unit))
 
 
@@ -58,7 +59,7 @@ def reply_splitter(provider: ChatProvider) -> PartSplitter:
     caps = provider.capabilities
     return PartSplitter(
         escape=provider.escape,
-        max_length=max(1, caps.max_length - MARKER_HEADROOM),
+        max_length=max(1, caps.max_length - marker_headroom(caps.length_unit)),
         unit=caps.length_unit,
         clean=valid_text,
     )

@@ -31,6 +31,13 @@ The contract it checks (the core relies on each point):
   split behind the core's back;
 - each scripted platform fault maps onto the core taxonomy (``Fault.expected``); rate limits are
   surfaced with their ``retry_after`` at once, never slept on; a fault never poisons the provider;
+- every call is exactly one request at the platform, under every fault (no resend, no hidden
+  wait inside the call), and a call cut off from outside (a deadline, a cancelled task) leaves
+  nothing behind that holds up the next calls;
+- text at the declared maximum is accepted whatever it holds (emoji, accents, control
+  characters that JSON escapes, quotes), counted in the declared unit, and so is a part chunked
+  with the recovery marker's room and resent marked; chunks arrive as cut, never split inside a
+  grapheme cluster;
 - secrets never appear in reprs, error messages, tracebacks or log records;
 - ``escape`` leaves agent text unable to ping everyone;
 - with an ``inbound`` driver (``http_inbound("POST", "/events", make_request)`` for providers
@@ -50,12 +57,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
 import pluggy
 import pytest
+import regex
 from pydantic import BaseModel
 
 from bridge_core import hookspecs
 from bridge_core.hookspecs import ProviderContext, ProviderType
+from bridge_core.ledger import MARKER_PARTIAL, marker_headroom
 from bridge_core.provider import (
     Capabilities,
     ChatProvider,
@@ -121,6 +131,12 @@ _EXPECTED: dict[Fault, type[ProviderError]] = {
     Fault.DROPPED: TransportError,
     Fault.SLOW: TransportError,
 }
+
+# A provider raising a platform's refusal answered at once takes milliseconds; an SDK's hidden
+# backoff (discord.py's 1 s after a 500) takes longer than this.
+_NO_HIDDEN_WAIT = 0.9
+# How long the cut-off test lets a faulted call run before cancelling it from outside.
+_CUT_OFF_AFTER = 0.3
 
 # Agent text that pings a whole channel on most platforms if sent raw. Platform-specific forms
 # (Slack's ``<!channel>``, ``<@U123>``) go in ``ConformanceHarness.extra_pings``.
@@ -206,11 +222,38 @@ class ConformanceHarness:
 
 
 def _long_text(minimum: int, unit: Any) -> str:
-    line = "lorem ipsum dolor sit amet, consectetur 😀 adipiscing élit & <tag> sed do\n"
+    # Grapheme clusters a reader sees as one character (a ZWJ sequence, a flag, a letter and its
+    # combining accent, a skin tone), a fenced code block, and no space in the cluster run, so
+    # cuts fall among them.
+    line = (
+        "lorem ipsum dolor sit amet, consectetur 😀 adipiscing élit & <tag> sed do\n"
+        "👩‍💻👨‍👩‍👧‍👦🇫🇷🇩🇪e\u0301e\u0301👍🏽👍🏽👩‍💻🇬🇧e\u0301🇫🇷👨‍👩‍👧‍👦👍🏽\n"
+        "```python\nprint('code')  # 😀\n```\n"
+    )
     text = line
     while measure(text, unit) < minimum:
         text += line
     return text
+
+
+# Single characters whose size differs most between units and on the wire (JSON escapes); five,
+# so the test stays within a platform's burst (Discord's 5 per 5 s).
+_AWKWARD = ("é", "😀", "\x1b", '"', "中")
+
+
+def _cut_positions(pieces: Sequence[str]) -> list[int]:
+    positions, at = [], 0
+    for piece in pieces[:-1]:
+        at += len(piece)
+        positions.append(at)
+    return positions
+
+
+def _split_clusters(pieces: Sequence[str]) -> list[str]:
+    """The clusters a cut between ``pieces`` falls inside (their joined text's view)."""
+    whole = "".join(pieces)
+    bounds = {m.end() for m in regex.finditer(r"\X", whole)}
+    return [whole[max(0, cut - 4) : cut + 4] for cut in _cut_positions(pieces) if cut not in bounds]
 
 
 def _everything_said(error: BaseException) -> str:
@@ -325,10 +368,51 @@ class ProviderConformance:
                 assert measure(piece, caps.length_unit) <= caps.max_length
                 await provider.post(harness.channel, piece)
             if harness.delivered is not None:
-                delivered = harness.delivered(harness.channel)
-                assert delivered[-len(pieces) - 1 :] == [*pieces, exact], (
+                delivered = harness.delivered(harness.channel)[-len(pieces) - 1 :]
+                split = _split_clusters(delivered[:-1])
+                assert split == [], f"a message boundary splits a grapheme cluster: {split}"
+                assert delivered == [*pieces, exact], (
                     "every chunk must arrive whole and unaltered (post must not escape again)"
                 )
+
+    async def test_text_at_the_maximum_is_accepted_whatever_it_holds(
+        self, harness: ConformanceHarness
+    ) -> None:
+        # The declared unit must be the platform's: text as long as it allows, made of characters
+        # that count differently in other units or grow on the wire (JSON's \u001b, surrogate
+        # pairs), is accepted whole. A provider declaring characters where the platform counts
+        # bytes, or UTF-8 bytes where it counts the escaped JSON, fails here.
+        async with harness.build() as provider:
+            caps = provider.capabilities
+            for character in _AWKWARD:
+                count = caps.max_length // measure(character, caps.length_unit)
+                text = character * count
+                try:
+                    await provider.post(harness.channel, text)
+                except ProviderError as exc:
+                    raise AssertionError(
+                        f"{count} x {character!r} ({measure(text, caps.length_unit)} "
+                        f"{caps.length_unit.value}, within the declared {caps.max_length}) was "
+                        f"refused: {exc!r}; declare the unit the platform counts"
+                    ) from None
+                if harness.delivered is not None:
+                    assert text in harness.delivered(harness.channel)
+
+    async def test_a_part_resent_with_the_marker_still_fits(
+        self, harness: ConformanceHarness
+    ) -> None:
+        # The runtime leaves marker_headroom(unit) free in each part, so a part the ledger
+        # resends after "♻️ Recovered reply — …" must still be accepted (counted in the unit).
+        async with harness.build() as provider:
+            caps = provider.capabilities
+            room = caps.max_length - marker_headroom(caps.length_unit)
+            if room < 1:
+                pytest.skip("max_length leaves no room beside the recovery marker")
+            for character in ("é", "😀", "a"):
+                count = room // measure(character, caps.length_unit)
+                marked = f"{MARKER_PARTIAL}\n{character * count}"
+                assert measure(marked, caps.length_unit) <= caps.max_length
+                await provider.post(harness.channel, marked)
 
     async def test_over_long_text_is_refused(self, harness: ConformanceHarness) -> None:
         async with harness.build() as provider:
@@ -363,14 +447,24 @@ class ProviderConformance:
                 pytest.skip("the provider does not edit")
             ref = await provider.post(harness.channel, "before the fault")
             retry_after = harness.script_fault(fault, operation)
+            before = harness.request_count() if harness.request_count else 0
             started = time.monotonic()
-            with pytest.raises(ProviderError) as caught:
+            error: ProviderError | None = None
+            try:
                 if operation == "post":
                     await provider.post(harness.channel, "during the fault")
                 else:
                     await provider.edit(ref, "during the fault")
+            except ProviderError as exc:
+                error = exc
             elapsed = time.monotonic() - started
-            error = caught.value
+            if harness.request_count is not None:
+                sent = harness.request_count() - before
+                assert sent == 1, (
+                    f"{fault.value} on {operation}: the platform saw {sent} requests for one "
+                    "call; resending is the core's decision (the ledger and the sender pace it)"
+                )
+            assert error is not None, f"{fault.value} on {operation} raised no ProviderError"
             assert isinstance(error, fault.expected), (
                 f"{fault.value} on {operation} raised {error!r}, expected {fault.expected.__name__}"
             )
@@ -380,8 +474,45 @@ class ProviderConformance:
                 assert retry_after is None or elapsed < retry_after / 2, (
                     f"the provider slept {elapsed:.1f} s on a rate limit instead of surfacing it"
                 )
+            if fault is not Fault.SLOW:
+                assert elapsed < _NO_HIDDEN_WAIT, (
+                    f"{fault.value} on {operation} took {elapsed:.2f} s: the provider waited "
+                    "inside the call instead of raising at once"
+                )
             # A fault must not poison the provider (a broken pooled connection, a stuck flag).
             await provider.post(harness.channel, "after the fault")
+
+    @pytest.mark.parametrize(
+        "fault", [Fault.RATE_LIMITED, Fault.SERVER_ERROR, Fault.SLOW], ids=lambda f: f.value
+    )
+    async def test_a_call_cut_off_leaves_nothing_behind(
+        self, harness: ConformanceHarness, fault: Fault
+    ) -> None:
+        # A call the core gives up on (its deadline, a cancelled task) while the provider or its
+        # SDK waits must not leave a lock held or a bucket empty: the next calls go out at once.
+        if harness.script_fault is None or fault not in harness.faults:
+            pytest.skip(f"the harness does not script {fault.value}")
+        async with harness.build() as provider:
+            await provider.post(harness.channel, "before the cut")
+            harness.script_fault(fault, "post")
+            with anyio.move_on_after(_CUT_OFF_AFTER):
+                try:
+                    await provider.post(harness.channel, "cut off")
+                except ProviderError:
+                    pass  # raising at once is fine too; the point is what the next calls see
+            before = harness.request_count() if harness.request_count else 0
+            started = time.monotonic()
+            with anyio.move_on_after(10) as stuck:
+                for n in range(3):
+                    await provider.post(harness.channel, f"after the cut {n}")
+            assert not stuck.cancelled_caught, (
+                f"after a call cut off during {fault.value}, the next posts were still waiting "
+                "10 s later: the provider (or its SDK) was left wedged"
+            )
+            elapsed = time.monotonic() - started
+            if harness.request_count is not None:
+                assert harness.request_count() - before == 3
+            assert elapsed < 3 * _NO_HIDDEN_WAIT, f"the next three posts took {elapsed:.2f} s"
 
     # ----------------------------------------------------------------- secrets and escaping
 

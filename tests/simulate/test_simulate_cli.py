@@ -74,7 +74,7 @@ def test_table_names_where_the_budget_came_from(runner: CliRunner, tmp_path: Pat
     preset = json.loads(invoke(runner, str(log), "--provider", "teams", "--json").stdout)
     assert preset["profile_from"] == "the built-in preset"
     assert preset["budget"] == TEAMS_BUDGET.to_json()
-    assert preset["capabilities"]["length_unit"] == "bytes"
+    assert preset["capabilities"]["length_unit"] == "json_ascii"
 
 
 def test_uses_the_plugin_when_it_is_installed(tmp_path: Path) -> None:

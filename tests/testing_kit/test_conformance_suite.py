@@ -16,6 +16,8 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
@@ -31,6 +33,7 @@ from bridge_core.provider import (
     HttpRoute,
     InboundMessage,
     InboundSink,
+    LengthUnit,
     MessageRef,
     MessageRejected,
     NotFound,
@@ -48,7 +51,7 @@ from bridge_core.testing.conformance import (
     http_inbound,
 )
 from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
-from bridge_core.text import neutralise_mass_mentions
+from bridge_core.text import chunk, measure, neutralise_mass_mentions
 
 pytestmark = pytest.mark.anyio
 
@@ -66,6 +69,7 @@ class FakeToyChat(FakePlatform):
     def __init__(self) -> None:
         super().__init__()
         self.messages: dict[str, tuple[str, str]] = {}  # id -> (channel, text)
+        self.counts = LengthUnit.CHARACTERS  # what the platform counts against MAX
         self._ids = itertools.count(1)
         self.add_route("POST", "/v1/channels/{channel}/messages", self._create, name="create")
         self.add_route("PATCH", "/v1/channels/{channel}/messages/{id}", self._edit, name="edit")
@@ -82,7 +86,7 @@ class FakeToyChat(FakePlatform):
         text = request.json.get("text")
         if not isinstance(text, str) or not text:
             return self.refusal(400, "no_text")
-        if len(text) > MAX:
+        if measure(text, self.counts) > MAX:
             return self.refusal(400, "too_long")
         return text
 
@@ -373,12 +377,106 @@ class FreshIdsOnRedelivery(ToyProvider):
         return super().http_routes(renamed)
 
 
+class ResendsOnServerError(ToyProvider):
+    async def send(self, method: str, path: str, text: str) -> str:
+        try:
+            return await super().send(method, path, text)
+        except TransportError:  # as an SDK's retry policy would, behind the ledger's back
+            return await super().send(method, path, text)
+
+
+class WaitsOnServerError(ToyProvider):
+    async def send(self, method: str, path: str, text: str) -> str:
+        try:
+            return await super().send(method, path, text)
+        except TransportError:
+            await anyio.sleep(1.2)  # a backoff inside the call, then the error anyway
+            raise
+
+
+class WedgesWhenCutOff(ToyProvider):
+    """A bucket whose token is given back after the call, in an await that a cancellation of
+    the call also cancels: discord.py's ``Ratelimit.__aexit__`` did this."""
+
+    tokens = 1
+
+    async def send(self, method: str, path: str, text: str) -> str:
+        while self.tokens <= 0:  # noqa: ASYNC110 - the bucket being modelled polls
+            await anyio.sleep(0.05)
+        self.tokens -= 1
+        try:
+            return await super().send(method, path, text)
+        finally:
+            # Cancelled along with the call: the token is never returned.
+            await anyio.lowlevel.checkpoint()
+            self.tokens += 1
+
+
+class SplitsAtCodePoints(ToyProvider):
+    """Re-cuts what the core chunked, at code points, as a provider with a smaller limit of
+    its own might."""
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        ref = None
+        for piece in [text[i : i + 97] for i in range(0, len(text), 97)] or [text]:
+            ref = await super().post(channel, piece, thread=thread)
+        assert ref is not None
+        return ref
+
+
 SUITE = ProviderConformance()
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.mark.parametrize("operation", ["post", "edit"])
+async def test_catches_a_provider_that_resends_inside_a_call(
+    toy: FakeToyChat, operation: Operation
+) -> None:
+    harness = make_harness(toy, ResendsOnServerError)
+    with pytest.raises(AssertionError, match="saw 2 requests for one call"):
+        await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.SERVER_ERROR, operation)
+
+
+async def test_catches_a_provider_that_waits_inside_a_call(toy: FakeToyChat) -> None:
+    harness = make_harness(toy, WaitsOnServerError)
+    with pytest.raises(AssertionError, match="waited inside the call"):
+        await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.SERVER_ERROR, "post")
+
+
+async def test_catches_a_provider_wedged_by_a_cut_off_call(toy: FakeToyChat) -> None:
+    harness = make_harness(toy, WedgesWhenCutOff)
+    with pytest.raises(AssertionError, match="wedged"):
+        await SUITE.test_a_call_cut_off_leaves_nothing_behind(harness, Fault.SLOW)
+
+
+async def test_catches_a_provider_that_splits_grapheme_clusters(toy: FakeToyChat) -> None:
+    harness = make_harness(toy, SplitsAtCodePoints)
+    with pytest.raises(AssertionError, match=r"splits a grapheme cluster|whole and unaltered"):
+        await SUITE.test_chunks_at_the_declared_maximum_are_accepted(harness)
+
+
+async def test_catches_a_unit_the_platform_does_not_count(toy: FakeToyChat) -> None:
+    toy.counts = LengthUnit.BYTES  # the platform counts UTF-8 bytes; the toy declares characters
+    harness = make_harness(toy, ToyProvider)
+    with pytest.raises(AssertionError, match="declare the unit the platform counts"):
+        await SUITE.test_text_at_the_maximum_is_accepted_whatever_it_holds(harness)
+
+
+async def test_catches_a_marker_headroom_in_the_wrong_unit(toy: FakeToyChat) -> None:
+    toy.counts = LengthUnit.BYTES
+    harness = make_harness(toy, ToyProvider)
+    with pytest.raises(ProviderError):
+        await SUITE.test_a_part_resent_with_the_marker_still_fits(harness)
+
+
+def test_the_toy_fake_counts_what_it_is_told() -> None:
+    # The mutants above rely on it: 250 "é" are 250 characters but 500 bytes.
+    assert measure("é" * 250, LengthUnit.BYTES) == MAX
+    assert chunk("é" * 300, MAX, unit=LengthUnit.BYTES) == ["é" * 250, "é" * 50]
 
 
 async def test_catches_a_provider_that_sleeps_on_a_rate_limit(toy: FakeToyChat) -> None:

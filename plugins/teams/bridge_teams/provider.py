@@ -14,9 +14,9 @@ for local development only and is never the default.
 from __future__ import annotations
 
 import copy
+import html
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -30,7 +30,6 @@ from bridge_core import (
     HttpRoute,
     InboundSink,
     KeyValueStore,
-    LengthUnit,
     MessageRef,
     MessageRejected,
     ProviderError,
@@ -67,9 +66,6 @@ __all__ = ["CAPABILITIES", "MAX_TEXT_BYTES", "TeamsProvider", "TeamsSettings"]
 _log = logging.getLogger("bridge_teams")
 
 T = TypeVar("T")
-
-_AT_TAG = re.compile(r"<(/?)(at\b)", re.IGNORECASE)
-_SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
 
 
 def default_token_url(tenant_id: str | None) -> str:
@@ -143,11 +139,12 @@ class TeamsProvider(ChatProvider):
         return reference
 
     def _check_length(self, text: str) -> None:
-        size = measure(text, LengthUnit.BYTES)
+        size = measure(text, CAPABILITIES.length_unit)
         if size > MAX_TEXT_BYTES:
             raise MessageRejected(
-                f"text is {size} UTF-8 bytes, over the {MAX_TEXT_BYTES} this provider sends "
-                "in one Teams message: chunk it with bridge_core.text.prepare before posting"
+                f"text is {size} bytes as sent (JSON-escaped), over the {MAX_TEXT_BYTES} this "
+                "provider sends in one Teams message: chunk it with bridge_core.text.prepare "
+                "before posting"
             )
 
     async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
@@ -191,11 +188,11 @@ class TeamsProvider(ChatProvider):
         raise failure
 
     def escape(self, text: str) -> str:
-        # No mention entities are ever sent, but an <at> tag in agent text would still render
-        # as a mention-looking pill; HTML-escape its bracket so it reads as text.
-        text = neutralise_mass_mentions(text)
-        text = _SLACK_MASS.sub("<\u200b!", text)
-        return _AT_TAG.sub(lambda m: "&lt;" + m.group(1) + m.group(2), text)
+        # Teams renders a subset of HTML in a message's text: agent text must not bring markup
+        # (<script>, <a href>, <img>, and <at>, which renders as a mention-looking pill even
+        # without a mention entity). &, < and > become entities, so every tag reads as text
+        # (ADR 0067); mass mentions get a zero-width space.
+        return neutralise_mass_mentions(html.escape(text, quote=False))
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -25,13 +25,15 @@ BOT_FRAMEWORK_OPENID_URL = "https://login.botframework.com/v1/.well-known/openid
 DEFAULT_SCOPE = "https://api.botframework.com/.default"
 
 # Teams caps a message's whole payload near 28 KB. msrest serialises with JSON's ASCII escapes, so
-# text can grow up to threefold on the wire (an emoji's 4 UTF-8 bytes become a 12-byte surrogate
-# escape pair); 8,000 UTF-8 bytes of text stay under the cap with room for the envelope (ADR 0046).
-MAX_TEXT_BYTES = 8000
+# the text is measured as it goes on the wire (LengthUnit.JSON_ASCII: "\x1b" is the 6 bytes
+# \u001b, an emoji the 12 of a surrogate pair): 24,000 such bytes of text leave the envelope more
+# than 4 KB under the cap, whatever the text holds (ADR 0067, amending ADR 0046's 8,000 UTF-8
+# bytes, which control characters grew sixfold past the cap).
+MAX_TEXT_BYTES = 24_000
 CAPABILITIES = Capabilities(
     edit=True,
     max_length=MAX_TEXT_BYTES,
-    length_unit=LengthUnit.BYTES,
+    length_unit=LengthUnit.JSON_ASCII,
     threads=True,
     inbound=True,
     probe=False,

@@ -27,7 +27,7 @@ def test_chatbridge_providers_lists_teams() -> None:
     teams = listing["teams"]
     assert teams["distribution"] == "bridge-teams"
     assert teams["capabilities"]["edit"] is True
-    assert teams["capabilities"]["length_unit"] == "bytes"
+    assert teams["capabilities"]["length_unit"] == "json_ascii"
     assert {"limit": 7, "seconds": 1.0} in teams["budget"]["windows"]
 
 

@@ -205,11 +205,15 @@ async def test_over_long_text_is_refused_before_sending(
     fake: FakeTeams, provider: TeamsProvider, channel: str
 ) -> None:
     with pytest.raises(MessageRejected, match="chunk it"):
-        await provider.post(channel, "é" * 4001)  # 8,002 bytes
+        await provider.post(channel, "é" * 4001)  # 24,006 bytes as sent (\u00e9 each)
+    with pytest.raises(MessageRejected, match="chunk it"):
+        await provider.post(channel, "\x1b" * 4001)  # 4,001 UTF-8 bytes, 24,006 as sent
     assert fake.count("send_activity") == 0
-    # The worst case for JSON's ASCII escapes still fits Teams' payload cap.
+    # Text at the maximum as sent fits Teams' payload cap, whatever it holds.
     await provider.post(channel, "\N{GRINNING FACE}" * 2000)
-    await provider.post(channel, '"' * 8000)
+    await provider.post(channel, '"' * 12000)
+    await provider.post(channel, "\x1b" * 4000)
+    await provider.post(channel, "a" * 24000)
 
 
 async def test_blocking_io_stays_off_the_event_loop(
@@ -253,7 +257,7 @@ def test_escape_neutralises_at_tags_and_mass_pings(
     escaped = provider.escape("<at>Everyone</at> and @everyone <AT id='1'>x</AT>")
     assert "<at" not in escaped.lower() and "</at" not in escaped.lower()
     assert "@everyone" not in escaped
-    assert provider.escape("a < b & c") == "a < b & c"
+    assert provider.escape("a < b & c") == "a &lt; b &amp; c"
 
 
 async def test_throttled_without_retry_after_lets_the_sender_back_off(
