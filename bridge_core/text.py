@@ -65,10 +65,10 @@ def measure(text: str, unit: LengthUnit) -> int:
     if unit is LengthUnit.CHARACTERS:
         return len(text)
     if unit is LengthUnit.UTF16:
-        return len(text.encode("utf-16-le", "surrogatepass")) // 2
+        return len(text.encode("utf-16-le")) // 2
     if unit is LengthUnit.JSON_ASCII:
         return len(json.dumps(text)) - 2
-    return len(text.encode("utf-8", "surrogatepass"))
+    return len(text.encode("utf-8"))
 
 
 def _char_cost(ch: str, unit: LengthUnit) -> int:

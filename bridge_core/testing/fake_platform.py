@@ -31,7 +31,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
@@ -217,6 +217,8 @@ class FakePlatform:
         self._stopping: asyncio.Event | None = None
         self._port: int | None = None
         self._startup_error: BaseException | None = None
+        self._every: tuple[int, Callable[[], Reply], frozenset[str]] | None = None
+        self._every_seen = 0
 
     def __repr__(self) -> str:
         where = self.base_url if self._port is not None else "not started"
@@ -253,6 +255,21 @@ class FakePlatform:
             queue = self._scripts.setdefault(route, deque())
             for reply in replies:
                 queue.append(_Script(reply, times))
+
+    def fail_every(self, n: int, reply: Callable[[], Reply], *, routes: Iterable[str]) -> None:
+        """Answer every ``n``-th request to any of ``routes`` (counted together, from now) with
+        ``reply()``, before scripts and handlers: "a 429 every 7th write". ``n=0`` stops it."""
+        with self.lock:
+            self._every = (n, reply, frozenset(routes)) if n > 0 else None
+            self._every_seen = 0
+
+    def _every_nth(self, route: str) -> Reply | None:
+        with self.lock:
+            if self._every is None or route not in self._every[2]:
+                return None
+            self._every_seen += 1
+            n, reply, _ = self._every
+            return reply() if self._every_seen % n == 0 else None
 
     def clear_scripts(self, route: str | None = None) -> None:
         with self.lock:
@@ -440,7 +457,9 @@ class FakePlatform:
         with self._arrived:
             self._requests.append(recorded)
             self._arrived.notify_all()
-        reply: Reply | None = self._next_script(route.name) if route else None
+        reply: Reply | None = None
+        if route is not None:
+            reply = self._every_nth(route.name) or self._next_script(route.name)
         if reply is None:
             if route is None:
                 reply = self.unmatched(recorded)

@@ -14,14 +14,14 @@ edit_window_closed,
 thread_not_found,
 message_not_in_streaming_state
 not_in_channel,           Forbidden         the bot lost access; a person can restore it
-is_archived, is_inactive,                   (invite, unarchive, grant the scope), so the
-no_permission,                              core re-checks instead of giving up
-missing_scope,
+channel_not_found,                          (invite, unarchive, grant the scope), so the
+is_archived, is_inactive,                   core re-checks instead of giving up; Slack
+no_permission,                              says channel_not_found for a private channel
+missing_scope,                              the bot was removed from too (ADR 0068)
 restricted_action,
 ekm_access_denied
-channel_not_found,        Unreachable       permanent: the channel is gone or the
-not_authed, invalid_auth,                   credentials are; never retried
-account_inactive,
+not_authed, invalid_auth, Unreachable       permanent: the credentials are gone; never
+account_inactive,                           retried
 token_revoked,
 token_expired,
 no_text, msg_too_long,    MessageRejected   Slack refused the message itself: resending
@@ -69,13 +69,17 @@ SLACK_ERRORS: Mapping[str, tuple[type[ProviderError], str]] = {
     "thread_not_found": (NotFound, "the thread no longer exists"),
     "message_not_in_streaming_state": (NotFound, "the streamed message's stream has ended"),
     "not_in_channel": (Forbidden, f"the bot is not a member of the channel: {_ACCESS}"),
+    # Also a private channel the bot was removed from: re-inviting it must bring replies back.
+    "channel_not_found": (
+        Forbidden,
+        f"the channel does not exist or the bot cannot see it (a private channel): {_ACCESS}",
+    ),
     "is_archived": (Forbidden, "the channel is archived: unarchive it to post again"),
     "is_inactive": (Forbidden, "the channel is archived or frozen"),
     "no_permission": (Forbidden, "the workspace does not let the bot post here"),
     "missing_scope": (Forbidden, "the app lacks a scope (chat:write): reinstall it with it"),
     "restricted_action": (Forbidden, "a workspace preference prevents the bot from posting"),
     "ekm_access_denied": (Forbidden, "administrators suspended the ability to post"),
-    "channel_not_found": (Unreachable, "the channel does not exist or the bot cannot see it"),
     "not_authed": (Unreachable, f"no token was sent: {_AUTH}"),
     "invalid_auth": (Unreachable, f"the token was refused: {_AUTH}"),
     "account_inactive": (Unreachable, f"the bot's account is deactivated: {_AUTH}"),

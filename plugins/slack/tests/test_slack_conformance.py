@@ -33,7 +33,7 @@ class TestSlackConformance(ProviderConformance):
             Fault.RATE_LIMITED: FakeSlack.rate_limited(RETRY_AFTER),
             Fault.NOT_FOUND: FakeSlack.error("message_not_found"),
             Fault.FORBIDDEN: FakeSlack.error("not_in_channel"),
-            Fault.UNREACHABLE: FakeSlack.error("channel_not_found"),
+            Fault.UNREACHABLE: FakeSlack.error("token_revoked"),
             Fault.REJECTED: FakeSlack.error("invalid_arguments"),
             Fault.SERVER_ERROR: FakeSlack.server_error(503),
             Fault.DROPPED: Reply.dropped(),

@@ -114,7 +114,6 @@ async def test_a_refused_message_is_rejected_and_the_channel_carries_on(
 @pytest.mark.parametrize(
     "code",
     [
-        "channel_not_found",
         "not_authed",
         "invalid_auth",
         "account_inactive",
@@ -122,7 +121,7 @@ async def test_a_refused_message_is_rejected_and_the_channel_carries_on(
         "token_expired",
     ],
 )
-def test_a_dead_channel_or_credential_stays_unreachable(code: str) -> None:
+def test_a_dead_credential_stays_unreachable(code: str) -> None:
     error = map_slack_error(
         method="chat.postMessage", channel="C1", status=200, code=code, headers=None
     )
@@ -179,7 +178,7 @@ async def test_the_fake_platform_state_refuses_like_slack(
     fake_slack.add_channel("C0OLD", archived=True)
     foreign = fake_slack.add_foreign_message("C0GENERAL", "someone else's")
     async with provider:
-        with pytest.raises(Unreachable, match="channel_not_found"):
+        with pytest.raises(Forbidden, match="channel_not_found"):
             await provider.post("C0MISSING", "x")
         with pytest.raises(Forbidden, match="not_in_channel"):
             await provider.post("C0NOTIN", "x")
@@ -289,3 +288,19 @@ def test_every_error_class_in_the_table_is_a_provider_error() -> None:
         MessageRejected,
         TransportError,
     }
+
+
+async def test_a_channel_the_bot_cannot_see_is_rechecked_not_given_up(
+    provider: SlackProvider, fake_slack: FakeSlack
+) -> None:
+    # Slack answers channel_not_found for a private channel the bot was removed from: Forbidden
+    # (the sender re-checks with probe, the ledger keeps the reply), so a re-invite brings the
+    # channel back instead of every later reply being abandoned.
+    async with provider:
+        with pytest.raises(Forbidden, match="channel_not_found"):
+            await provider.post("C0PRIVATE", "while removed")
+        assert await provider.probe("C0PRIVATE") is False
+        fake_slack.add_channel("C0PRIVATE")  # the bot is invited back
+        assert await provider.probe("C0PRIVATE") is True
+        await provider.post("C0PRIVATE", "after the re-invite")
+    assert fake_slack.texts("C0PRIVATE") == ["after the re-invite"]
