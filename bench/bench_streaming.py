@@ -97,8 +97,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="up to 10^5 deltas")
     args = parser.parse_args()
     sizes = [10**3, 10**4, 10**5] if args.quick else [10**3, 10**4, 10**5, 10**6]
-    print(f"{'deltas':>9} {'stream/s':>12} {'floor/s':>12} {'ratio':>6} "
-          f"{'peak KiB':>10} {'floor KiB':>10} {'ratio':>6} {'sends':>6} {'parts':>6}")  # fmt: skip
+    print(
+        f"{'deltas':>9} {'stream/s':>12} {'floor/s':>12} {'ratio':>6} "
+        f"{'peak KiB':>10} {'floor KiB':>10} {'ratio':>6} {'sends':>6} {'messages':>8}"
+    )
     for count in sizes:
         started = time.perf_counter()
         floor(count)
@@ -109,7 +111,7 @@ def main() -> None:
         bare = peak(lambda: floor(count))  # noqa: B023
         print(
             f"{count:>9} {rate:>12,.0f} {floor_rate:>12,.0f} {floor_rate / rate:>6.1f} "
-            f"{ours / 1024:>10,.0f} {bare / 1024:>10,.0f} {ours / bare:>6.1f} {sends:>6} {parts:>6}"
+            f"{ours / 1024:>10,.0f} {bare / 1024:>10,.0f} {ours / bare:>6.1f} {sends:>6} {parts:>8}"
         )
 
 

@@ -103,8 +103,11 @@ def open_stream_channel(tmp_path: Path) -> ChannelFactory:
             clock=lambda: 1_800_000_000.0 + anyio.current_time(),
             deliver_begins=True,
         )
+        # as the gateway wires them: a send that succeeds gives parked replies their attempt
+        sender.health.on_proven(lambda: ledger.channel_proven("p", CHANNEL))
         async with anyio.create_task_group() as group:
             group.start_soon(sender.run)
+            await group.start(ledger.run)
             yield StreamChannel(provider, sender, replies, ledger, store, kv, transcript, budget)
             group.cancel_scope.cancel()
         await provider.aclose()

@@ -52,16 +52,28 @@ async def test_ten_agents_at_once_stay_within_budget_and_every_final_lands(
     names = [f"r{i}" for i in range(10)]
     streams = {name: evenly(200, over=30.0, start=0.1 * i) for i, name in enumerate(names)}
     rows = {}
+    most_queued = 0
     async with open_stream_channel(budget=SLACK_BUDGET) as ch:
 
         async def one(name: str) -> None:
             rows[name] = await ch.stream(name, streams[name])
 
+        async def watch() -> None:
+            nonlocal most_queued
+            while True:
+                most_queued = max(most_queued, ch.sender.queued)
+                await anyio.sleep(0.05)
+
         async with anyio.create_task_group() as group:
-            for name in names:
-                group.start_soon(one, name)
+            group.start_soon(watch)
+            async with anyio.create_task_group() as replies:
+                for name in names:
+                    replies.start_soon(one, name)
+            group.cancel_scope.cancel()
         await ch.until_idle()
         entries = ch.entries()
+    # 2,000 deltas, yet the sender never held more than one write per reply in progress
+    assert 0 < most_queued <= len(names)
     assert_paced(entries, SLACK_BUDGET)
     posts = [e for e in entries if e.op == "post"]
     assert len(posts) == 10  # one message per reply
@@ -199,3 +211,33 @@ async def test_a_short_answer_finished_before_its_first_slot_is_one_post(
     mine = [e for e in entries if "Hello" in e.text]
     assert [(e.op, e.text) for e in mine] == [("post", "Hello, world")]
     assert row.partials == ()
+
+
+async def test_forbidden_mid_stream_stops_until_the_recheck_then_the_final_lands(
+    open_stream_channel,
+) -> None:
+    deltas = evenly(300, over=20.0)
+    async with open_stream_channel(budget=SLACK_BUDGET) as ch:
+
+        async def fault() -> None:
+            await anyio.sleep_until(5.0)
+            ch.provider.block(CHANNEL)  # the bot loses access: sends raise Forbidden
+            await anyio.sleep_until(100.0)
+            ch.provider.unblock(CHANNEL)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(fault)
+            await ch.stream("a", deltas)
+        await anyio.sleep_until(400.0)  # the re-check, then the ledger's attempt
+        entries = ch.entries()
+        row = await ch.store.get("ob-a")
+    errors = [e for e in entries if e.op == "error"]
+    assert [(e.t, e.error) for e in errors] == [(6.0, "Forbidden")]
+    after = [e for e in entries if e.t > 6.0]
+    # nothing until the re-check 300 s later (the probe says yes at 306 s); the final, refused
+    # before its send, is the ledger's: its next attempt (every 30 s) after the re-check
+    assert 306.0 <= after[0].t <= 306.0 + 30.0
+    assert [e.op for e in after] == ["edit"]  # the final, as the last edit of the message
+    assert row is not None and row.state is State.DELIVERED
+    assert _writes(entries)[-1].text == "".join(text for _, text in deltas)
+    assert_paced(entries, SLACK_BUDGET)
