@@ -36,10 +36,16 @@ async def deltas_of(result: Any) -> str | AsyncIterator[str]:
 
 
 async def _checked(iterator: AsyncIterator[Any]) -> AsyncIterator[str]:
-    async for delta in iterator:
-        if not isinstance(delta, str):
-            raise StreamTypeError(
-                f"the agent's stream yielded {type(delta).__name__} {delta!r:.60}; each delta "
-                "must be a str"
-            )
-        yield delta
+    try:
+        async for delta in iterator:
+            if not isinstance(delta, str):
+                raise StreamTypeError(
+                    f"the agent's stream yielded {type(delta).__name__} {delta!r:.60}; each "
+                    "delta must be a str"
+                )
+            yield delta
+    finally:
+        # the agent's generator is closed however the stream ends (its finally blocks run)
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -5,7 +5,8 @@ and chunked from its first character each time, a per-character loop. ``PartSpli
 exactly ``chunk(escape(clean(text)))`` (the runtime's ``split_reply``) but remembers the parts
 before the last one: chunking is greedy from the start and never cuts inside a token, so while
 the escaped text still begins with those parts (and runs on past them by more than any token's
-length), only the rest is chunked again.
+length), only the rest is chunked again. A text with a code fence is cut whole each time: the
+chunker closes and reopens fences across cuts, deciding it for the whole text.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class PartSplitter:
 
     def __call__(self, text: str) -> list[str]:
         escaped = self._escape(self._clean(text))
+        if "```" in escaped or "~~~" in escaped:
+            # a code fence: chunk closes and reopens it across cuts (and decides that for the
+            # whole text at once), so parts no longer concatenate to the text: cut it all
+            self._fixed, self._fixed_length = [], 0
+            return chunk(escaped, self._max_length, unit=self._unit)
         if self._fixed and self._still_settled(escaped):
             rest = chunk(escaped[self._fixed_length :], self._max_length, unit=self._unit)
             parts = [*self._fixed, *rest]

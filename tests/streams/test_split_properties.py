@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge_core.ledger import MARKER_HEADROOM
+from bridge_core.ledger import marker_headroom
 from bridge_core.provider import LengthUnit
 from bridge_core.runtime.streaming import split_reply
 from bridge_core.streams import PartSplitter
@@ -18,6 +18,7 @@ PIECES = st.one_of(
     st.sampled_from(["<@U123>", "&amp;", "@everyone", "@", "every", "one", "\n", " ", "<", ">"]),
     st.sampled_from(["\ud83d", "\ude00", "\x00", "😀", "é"]),
     st.just("word " * 60),  # long enough that earlier parts settle and are reused
+    st.sampled_from(["```", "```py\n", "\n```\n", "~~~", "e\u0301", "\U0001f1eb\U0001f1f7"]),
 )
 
 
@@ -36,13 +37,13 @@ class Escaping:
 @settings(max_examples=300, deadline=None)
 @given(
     deltas=st.lists(PIECES, min_size=1, max_size=60),
-    room=st.integers(min_value=4, max_value=40),  # chunk needs room for one character
+    room=st.integers(min_value=12, max_value=60),  # room for one character in every unit
     unit=st.sampled_from(list(LengthUnit)),
 )
 def test_a_growing_text_is_cut_as_the_whole_text_is(
     deltas: list[str], room: int, unit: LengthUnit
 ) -> None:
-    provider = Escaping(room + MARKER_HEADROOM, unit)
+    provider = Escaping(room + marker_headroom(unit), unit)
     splitter = PartSplitter(escape=provider.escape, max_length=room, unit=unit, clean=valid_text)
     text = ""
     for delta in deltas:
