@@ -241,3 +241,27 @@ async def test_forbidden_mid_stream_stops_until_the_recheck_then_the_final_lands
     assert row is not None and row.state is State.DELIVERED
     assert _writes(entries)[-1].text == "".join(text for _, text in deltas)
     assert_paced(entries, SLACK_BUDGET)
+
+
+async def test_a_channel_saturated_by_notifications_still_shows_the_final_first(
+    open_stream_channel,
+) -> None:
+    deltas = evenly(100, over=10.0)
+    async with open_stream_channel(budget=SLACK_BUDGET) as ch:
+
+        async def flood() -> None:
+            await anyio.sleep_until(3.0)
+            for i in range(50):  # fifty new live messages: fifty seconds of Slack's budget
+                ch.sender.submit(("live", i), text=f"agent {i} running", priority=Priority.NEW)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(flood)
+            row = await ch.stream("a", deltas)
+        await ch.until_idle()
+        entries = ch.entries()
+    final = next(e for e in entries if e.message_id == row.delivered[0].message_id and e.t >= 10.0)
+    notifications = [e for e in entries if e.text.startswith("agent ")]
+    assert final.text == "".join(text for _, text in deltas)
+    assert final.t <= 10.0 + SLACK_BUDGET.edit_spacing + 1.0  # one slot after it may go
+    assert len(notifications) == 50 and notifications[-1].t > 50.0  # they were still queued
+    assert_paced(entries, SLACK_BUDGET)
