@@ -5,8 +5,9 @@ and chunked from its first character each time, a per-character loop. ``PartSpli
 exactly ``chunk(escape(clean(text)))`` (the runtime's ``split_reply``) but remembers the parts
 before the last one: chunking is greedy from the start and never cuts inside a token, so while
 the escaped text still begins with those parts (and runs on past them by more than any token's
-length), only the rest is chunked again. A text with a code fence is cut whole each time: the
-chunker closes and reopens fences across cuts, deciding it for the whole text.
+length), only the rest is chunked again, a window at a time. A text with a code fence is cut
+whole each time: the chunker closes and reopens fences across cuts, deciding it for the whole
+text.
 """
 
 from __future__ import annotations
@@ -62,21 +63,36 @@ class PartSplitter:
             # whole text at once), so parts no longer concatenate to the text: cut it all
             self._fixed, self._fixed_length = [], 0
             return chunk(escaped, self._max_length, unit=self._unit)
-        if self._fixed and self._still_settled(escaped):
-            rest = chunk(escaped[self._fixed_length :], self._max_length, unit=self._unit)
-            parts = [*self._fixed, *rest]
-        else:
-            parts = chunk(escaped, self._max_length, unit=self._unit)
-        # The pieces concatenate to the text. A cut is settled once the text runs on past it by
-        # the longest token: a token completed later (``<@U1`` + ``>``) may forbid a cut that
-        # was allowed while it was open.
-        end = len(escaped)
-        settled = len(parts)
-        for piece in reversed(parts):
-            if len(escaped) - end >= SETTLED_AFTER:
+        if not (self._fixed and self._still_settled(escaped)):
+            self._fixed, self._fixed_length = [], 0
+        # Cut the rest a window at a time (the chunker's work is per character, so a window
+        # bounds its memory); the pieces of a window that end well before its end are the
+        # whole text's: a cut depends on the text up to it and the longest token past it.
+        window = 4 * self._max_length + 2 * SETTLED_AFTER
+        while True:
+            start = self._fixed_length
+            piece_of = escaped[start : start + window]
+            pieces = chunk(piece_of, self._max_length, unit=self._unit)
+            last = start + len(piece_of) >= len(escaped)
+            settled, end = self._settled(pieces, len(piece_of))
+            if last or settled:
+                self._fixed.extend(pieces[:settled])
+                self._fixed_length = start + end
+            if last:
+                return [*self._fixed, *pieces[settled:]]
+            if not settled:
+                window *= 2  # a window with no settled cut (long tokens): look further
+
+    @staticmethod
+    def _settled(pieces: list[str], length: int) -> tuple[int, int]:
+        """How many of ``pieces`` (which concatenate to ``length`` characters) are settled, and
+        where they end: a cut is settled once the text runs on past it by the longest token
+        (a token completed later, ``<@U1`` + ``>``, may forbid a cut allowed while it was open)."""
+        end = length
+        settled = len(pieces)
+        for piece in reversed(pieces):
+            if length - end >= SETTLED_AFTER:
                 break
             end -= len(piece)
             settled -= 1
-        self._fixed = parts[:settled]
-        self._fixed_length = end
-        return parts
+        return settled, end

@@ -34,7 +34,7 @@ class Escaping:
         return neutralise_mass_mentions(text).replace("&", "&amp;")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     deltas=st.lists(PIECES, min_size=1, max_size=60),
     room=st.integers(min_value=12, max_value=60),  # room for one character in every unit
