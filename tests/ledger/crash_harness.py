@@ -38,6 +38,10 @@ from pathlib import Path
 from typing import Any
 
 CHILD = Path(__file__).with_name("crash_child.py")
+# PostgreSQL finishes a statement (a claim's commit) its client sent before a SIGKILL: wait this
+# long after a kill before reading what the victim left, or a claim committed just after the
+# read looks like a reply marked though never in flight.
+SERVER_SETTLE = 0.2
 MAX_RESENDS = 3
 
 
@@ -553,6 +557,7 @@ def run_postgres_skewed(
                 )
             _kill(skewed)
             deaths[skewed.pid] = time.time()
+            time.sleep(SERVER_SETTLE)
             with psycopg.connect(url, autocommit=True) as conn:
                 counts = dict(
                     conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
@@ -643,6 +648,7 @@ def measure_takeover(
             _kill(victim)
             killed = time.monotonic()
             deaths[victim.pid] = time.time()
+            time.sleep(SERVER_SETTLE)  # the lease outlasts it: nothing is taken over meanwhile
             with psycopg.connect(url, autocommit=True) as conn:
                 left = open_of(conn, victim.pid)
                 counts = dict(
@@ -690,6 +696,7 @@ def _record_final_kills(
     does, so the checks know those rows were in flight."""
     import psycopg
 
+    time.sleep(SERVER_SETTLE)
     with psycopg.connect(url, autocommit=True) as conn:
         counts = dict(
             conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
