@@ -26,7 +26,14 @@ from typing import Protocol
 import anyio
 
 from bridge_core.ledger import Delivery, Obligation, Reply, marker_headroom
-from bridge_core.provider import ChatProvider, KeyValueStore, MessageRef, NotFound
+from bridge_core.provider import (
+    ChatProvider,
+    KeyValueStore,
+    MessageRef,
+    NotFound,
+    ProviderError,
+    StreamingMode,
+)
 from bridge_core.sending import ChannelSender, Edit, Post, Priority
 from bridge_core.streams import INTERRUPTED, PartSplitter, ReplyStream, StreamResult
 from bridge_core.text import prepare, valid_text
@@ -201,16 +208,45 @@ class StreamedReplies:
         return self._splitter(self._provider())(text)
 
     def mark_interrupted(self, refs: Sequence[MessageRef]) -> None:
-        """Edit each of ``refs`` to say its answer was interrupted (terminal, paced)."""
-        if not self._provider().capabilities.edit:
+        """Edit each of ``refs`` to say its answer was interrupted (terminal, paced).
+
+        With native streaming a partial in a thread may still be streaming (its poster died):
+        it is stopped with the notice appended, and only if it is no longer streaming
+        (``NotFound``) is its text replaced; one request per paced write either way."""
+        provider = self._provider()
+        if not provider.capabilities.edit:
             return
+        native = provider.capabilities.streaming_mode is StreamingMode.NATIVE
         for ref in refs:
-            self._sender.submit(
-                ("interrupted", ref.message_id),
-                text=lambda: INTERRUPTED,
-                edit=ref,
-                priority=Priority.TERMINAL,
-            )
+            if native and ref.thread is not None:
+                self._stop_interrupted(provider, ref)
+            else:
+                self._replace_interrupted(ref)
+
+    def _replace_interrupted(self, ref: MessageRef) -> None:
+        self._sender.submit(
+            ("interrupted", ref.message_id),
+            text=lambda: INTERRUPTED,
+            edit=ref,
+            priority=Priority.TERMINAL,
+        )
+
+    def _stop_interrupted(self, provider: ChatProvider, ref: MessageRef) -> None:
+        async def stop(target: MessageRef, text: str) -> MessageRef:
+            return await provider.stream_stop(target, f"\n\n{text}")
+
+        def stopped(outcome: MessageRef | ProviderError | None) -> None:
+            if isinstance(outcome, NotFound):  # not streaming any more: replace its text
+                self._replace_interrupted(ref)
+
+        self._sender.submit(
+            ("interrupted", ref.message_id),
+            text=lambda: INTERRUPTED,
+            edit=ref,
+            priority=Priority.TERMINAL,
+            on_outcome=stopped,
+            call=stop,
+        )
 
     async def _remember(self, obligation: str, refs: tuple[MessageRef, ...]) -> None:
         if self._kv is None:

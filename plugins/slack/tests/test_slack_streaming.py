@@ -17,6 +17,7 @@ from bridge_core.ledger import DeliveryLedger, MemoryLedgerStore, Reply, State
 from bridge_core.provider import SendBudget
 from bridge_core.runtime.streaming import StreamedReplies, answer_streamed
 from bridge_core.sending import ChannelSender
+from bridge_core.streams import INTERRUPTED
 from bridge_core.testing.fake_slack import FakeSlack
 
 pytestmark = pytest.mark.anyio
@@ -99,3 +100,29 @@ async def test_a_reply_outside_a_thread_streams_by_editing(
     assert fake_slack.count("chat.startStream") == 0
     assert fake_slack.count("chat.postMessage") == 1 and fake_slack.count("chat.update") >= 1
     assert message.text == "".join(WORDS) and row.state is State.DELIVERED
+
+
+@pytest.mark.parametrize("still_streaming", [True, False])
+async def test_a_dead_posters_native_partial_is_marked_interrupted(
+    slack_settings: dict[str, Any], fake_slack: FakeSlack, still_streaming: bool
+) -> None:
+    provider = SlackProvider(SlackSettings.model_validate(slack_settings), profile="ops")
+    sender = ChannelSender(provider, channel="C0GENERAL", budget=BUDGET, random=random.Random(1))
+    replies = StreamedReplies(sender, lambda: provider)
+    async with provider, anyio.create_task_group() as group:
+        group.start_soon(sender.run)
+        ref = await provider.stream_start("C0GENERAL", "half an ans", thread=THREAD)
+        if not still_streaming:  # Slack ended the dead poster's stream on its own
+            await provider.stream_stop(ref, "")
+        replies.mark_interrupted([ref])
+        with anyio.fail_after(5):
+            while INTERRUPTED not in fake_slack.message("C0GENERAL", ref.message_id).text:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        group.cancel_scope.cancel()
+    message = fake_slack.message("C0GENERAL", ref.message_id)
+    assert not message.streaming
+    if still_streaming:  # one request: the notice appended as the stream stops
+        assert message.text == f"half an ans\n\n{INTERRUPTED}"
+        assert fake_slack.count("chat.update") == 0
+    else:  # the stop is refused (not streaming): then the text is replaced
+        assert message.text == INTERRUPTED and fake_slack.count("chat.update") == 1
