@@ -226,6 +226,8 @@ class Session:
 
     async def send_events(self, events: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> p.Ack:
         """Fleet events (the JSON of ``POST /v1/events``) on this socket; returns the ack."""
+        if self._closing or self.failure is not None:
+            raise AgentError("the session is closed; connect again to send events")
         await self._connected.wait()
         connection = self._current
         assert connection is not None
