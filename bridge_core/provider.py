@@ -330,6 +330,9 @@ class LengthUnit(enum.Enum):
     # Bytes of the text as a JSON string with ASCII-only escapes (Python's json.dumps default, as
     # msrest sends it): "\x1b" is 6 (\u001b), "é" 6, an emoji 12 (a surrogate pair), '"' 2.
     JSON_ASCII = "json_ascii"
+    # Bytes of the text as a JSON string written as UTF-8 (json.dumps with ensure_ascii=False, as
+    # aiohttp clients send it): "\x1b" is 6 (\u001b), '"' 2, "é" 2, an emoji 4.
+    JSON_UTF8 = "json_utf8"
 
 
 class StreamingMode(enum.Enum):

@@ -68,6 +68,8 @@ def measure(text: str, unit: LengthUnit) -> int:
         return len(text.encode("utf-16-le")) // 2
     if unit is LengthUnit.JSON_ASCII:
         return len(json.dumps(text)) - 2
+    if unit is LengthUnit.JSON_UTF8:
+        return len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
     return len(text.encode("utf-8"))
 
 
@@ -83,6 +85,11 @@ def _char_cost(ch: str, unit: LengthUnit) -> int:
         if code < 0x20 or 0x7F <= code <= 0xFFFF:
             return 6  # \u001b, \u007f, \u00e9
         return 1 if code < 0x7F else 12  # an astral character is a \ud83d\ude00 pair
+    if unit is LengthUnit.JSON_UTF8:
+        if ch in _JSON_SHORT:
+            return 2
+        if code < 0x20:
+            return 6  # \u001b; everything else is written as its UTF-8
     if code < 0x80:
         return 1
     if code < 0x800:

@@ -133,8 +133,9 @@ _EXPECTED: dict[Fault, type[ProviderError]] = {
 }
 
 # A provider raising a platform's refusal answered at once takes milliseconds; an SDK's hidden
-# backoff (discord.py's 1 s after a 500) takes longer than this.
-_NO_HIDDEN_WAIT = 0.9
+# backoff (discord.py's 1 s, then 3 s, after a 500) takes about this or longer; the margin is for
+# a loaded machine.
+_NO_HIDDEN_WAIT = 2.0
 # How long the cut-off test lets a faulted call run before cancelling it from outside.
 _CUT_OFF_AFTER = 0.3
 
@@ -214,6 +215,9 @@ class ConformanceHarness:
     extra_pings: Sequence[str] = ()
     plugin: object | None = None
     inbound: InboundDriver | None = None
+    requests_per_call: Mapping[str, int] = field(default_factory=lambda: {"post": 1, "edit": 1})
+    """Requests one ``post`` or ``edit`` makes when nothing fails: 1, or 2 for an edit that
+    looks its target up first (Matrix). A faulted call makes at least one and never more."""
 
     def build(self) -> ChatProvider:
         """Validate the settings with the type's model and call its factory."""
@@ -460,9 +464,11 @@ class ProviderConformance:
             elapsed = time.monotonic() - started
             if harness.request_count is not None:
                 sent = harness.request_count() - before
-                assert sent == 1, (
+                most = harness.requests_per_call.get(operation, 1)
+                assert 1 <= sent <= most, (
                     f"{fault.value} on {operation}: the platform saw {sent} requests for one "
-                    "call; resending is the core's decision (the ledger and the sender pace it)"
+                    f"call (it makes {most}); resending is the core's decision (the ledger and "
+                    "the sender pace it)"
                 )
             assert error is not None, f"{fault.value} on {operation} raised no ProviderError"
             assert isinstance(error, fault.expected), (

@@ -390,7 +390,7 @@ class WaitsOnServerError(ToyProvider):
         try:
             return await super().send(method, path, text)
         except TransportError:
-            await anyio.sleep(1.2)  # a backoff inside the call, then the error anyway
+            await anyio.sleep(2.5)  # a backoff inside the call, then the error anyway
             raise
 
 

@@ -23,7 +23,10 @@ __all__ = [
 # FILL IN: your platform's documented limits.
 DEFAULT_API_BASE = "https://api.example.com/v1"
 MAX_LENGTH = 4000  # the longest message the platform accepts, counted in LENGTH_UNIT
-LENGTH_UNIT = LengthUnit.CHARACTERS  # or UTF16 (JavaScript string length) or BYTES (UTF-8)
+# What the platform counts: CHARACTERS (code points), UTF16 (JavaScript string length), BYTES
+# (UTF-8), or JSON_ASCII (the text as JSON with ASCII escapes, when the cap is on the body sent:
+# "\x1b" counts 6). The conformance suite posts awkward text at the maximum to check it.
+LENGTH_UNIT = LengthUnit.CHARACTERS
 
 CAPABILITIES = Capabilities(
     edit=True,  # the platform lets a bot edit its own messages

@@ -57,7 +57,7 @@ async def test_each_call_is_one_request_under_every_fault(
                 await provider.edit(ref, "during")
         elapsed = time.monotonic() - started
         assert fake.count(route) - before == 1, f"{fault}: the platform saw a resend"
-        assert elapsed < 0.5, f"{fault}: the call waited {elapsed:.2f} s inside the provider"
+        assert elapsed < 1.5, f"{fault}: the call waited {elapsed:.2f} s inside the provider"
 
 
 async def test_a_429_carries_the_platforms_retry_after(
@@ -94,4 +94,4 @@ async def test_a_call_cut_off_by_the_deadline_does_not_wedge_the_channel(
         for n in range(3):
             await provider.post(str(channel), f"after {n}")
         assert fake.count("create_message") - before == 3
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 4.0

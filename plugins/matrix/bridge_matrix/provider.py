@@ -186,11 +186,12 @@ class MatrixProvider(ChatProvider):
         return channel
 
     def _check_size(self, text: str, content: dict[str, Any], where: str) -> None:
-        size = measure(text, LengthUnit.BYTES)
+        size = measure(text, LengthUnit.JSON_UTF8)
         if size > MAX_TEXT_BYTES:
             raise MessageRejected(
-                f"text for {where} is {size} UTF-8 bytes, over the {MAX_TEXT_BYTES} this provider "
-                "declares: chunk it with bridge_core.text.prepare before posting"
+                f"text for {where} is {size} bytes as sent (JSON in UTF-8), over the "
+                f"{MAX_TEXT_BYTES} this provider declares: chunk it with "
+                "bridge_core.text.prepare before posting"
             )
         encoded = event_size(content) + ENVELOPE_BYTES
         if encoded > EVENT_BYTES:

@@ -28,12 +28,13 @@ MAX_TEXT_BYTES = 28_000
 # The text goes into the event once as ``body`` (an edit also carries ``m.new_content.body`` and
 # a fallback clipped to 1,000 bytes). JSON doubles a quote, backslash or newline, so 28,000 bytes
 # of text stay under 65,536 with room for the envelope even when every byte doubles; text that
-# JSON inflates more (control characters, 6 bytes each) is measured as sent and refused with
-# MessageRejected before it reaches the server (ADR 0081).
+# JSON inflates more (control characters, 6 bytes each) used to be refused before it reached the
+# server (ADR 0081); the length is now counted as sent (LengthUnit.JSON_UTF8: the text as a JSON
+# string in UTF-8, "\x1b" 6 bytes), so the core chunks such text to fit (ADR 0067).
 CAPABILITIES = Capabilities(
     edit=True,
     max_length=MAX_TEXT_BYTES,
-    length_unit=LengthUnit.BYTES,
+    length_unit=LengthUnit.JSON_UTF8,
     threads=True,
     inbound=True,
     probe=True,

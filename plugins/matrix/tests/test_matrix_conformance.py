@@ -168,5 +168,6 @@ class TestMatrixConformance(ProviderConformance):
             thread_for=lambda ref: ref.message_id,
             extra_pings=("@room", "@ROOM", "@Room"),
             plugin=plugin,
+            requests_per_call={"post": 1, "edit": 2},  # an edit looks its target up first
             inbound=sync_inbound(synapse, people, room, kv, proxy),
         )

@@ -25,7 +25,7 @@ def test_chatbridge_providers_lists_matrix() -> None:
     matrix = listing["matrix"]
     assert matrix["distribution"] == "bridge-matrix"
     assert matrix["capabilities"]["edit"] is True
-    assert matrix["capabilities"]["length_unit"] == "bytes"
+    assert matrix["capabilities"]["length_unit"] == "json_utf8"
     assert matrix["budget"]["burst"] == 9
     assert matrix["budget"]["per_second"] == 0.2
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from bridge_matrix import MatrixProvider, MatrixSettings
+from bridge_matrix import CAPABILITIES, MatrixProvider, MatrixSettings
 from bridge_matrix.testing import Synapse
 from bridge_matrix.testing.fixtures import People
 
@@ -19,6 +19,7 @@ from bridge_core import (
     NotFound,
     RateLimited,
     Unreachable,
+    chunk,
     posting_with_key,
 )
 
@@ -92,9 +93,14 @@ async def test_text_json_would_inflate_past_the_event_limit_is_refused_unsent(
     synapse: Synapse, people: People, provider: MatrixProvider, room: str
 ) -> None:
     before = len(synapse.history(people.person, room))
-    with pytest.raises(MessageRejected, match="bytes of JSON"):
+    with pytest.raises(MessageRejected, match="as sent"):
         await provider.post(room, "\x01" * 20_000)  # 20,000 bytes, 120,000 as JSON escapes
     assert len(synapse.history(people.person, room)) == before
+    # Counted as sent (LengthUnit.JSON_UTF8), the core's chunks of it all fit (ADR 0067).
+    parts = chunk("\x01" * 20_000, CAPABILITIES.max_length, unit=CAPABILITIES.length_unit)
+    for part in parts:
+        await provider.post(room, part)
+    assert len(synapse.history(people.person, room)) == before + len(parts)
 
 
 async def test_a_resend_with_the_same_key_returns_the_first_event(

@@ -53,5 +53,5 @@ async def test_each_call_is_one_request_under_every_fault(
                 await provider.edit(ref, "during")
         elapsed = time.monotonic() - started
         assert fake_slack.count(route) - before == 1, f"{fault}: the platform saw a resend"
-        limit = 1.5 if fault == "slow" else 0.5  # the slow answer waits out the 0.5 s timeout
+        limit = 3.0 if fault == "slow" else 1.5  # the slow answer waits out the 0.5 s timeout
         assert elapsed < limit, f"{fault}: the call took {elapsed:.2f} s"

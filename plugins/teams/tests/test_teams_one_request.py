@@ -58,4 +58,4 @@ async def test_each_call_is_one_request_under_every_fault(
                 await provider.edit(ref, "during")
         elapsed = time.monotonic() - started
         assert fake.count() - before == 1, f"{fault}: the platform saw a resend"
-        assert elapsed < 0.5, f"{fault}: the call took {elapsed:.2f} s"
+        assert elapsed < 1.5, f"{fault}: the call took {elapsed:.2f} s"
