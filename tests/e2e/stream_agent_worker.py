@@ -12,7 +12,7 @@ from pathlib import Path
 
 import anyio
 
-from bridge_core.agent import connect
+from bridge_core.agent import AgentError, connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streaming_agent import DELAY, WORDS
@@ -22,10 +22,13 @@ async def serve(url: str, token: str, name: str, ready: Path) -> None:
     async with connect(url, token=token, group="support", channels=["ops"], name=name) as session:
         await anyio.Path(ready).write_text("hello")
         async for turn in session:
-            for i in range(WORDS):
-                await anyio.sleep(DELAY)
-                await turn.stream(f"{turn.text}-w{i} ")
-            await turn.final()
+            try:
+                for i in range(WORDS):
+                    await anyio.sleep(DELAY)
+                    await turn.stream(f"{turn.text}-w{i} ")
+                await turn.final()
+            except AgentError:  # the gateway went away mid-turn: it hands the turn out again
+                continue
 
 
 def main() -> None:

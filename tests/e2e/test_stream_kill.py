@@ -1,13 +1,14 @@
-"""SIGKILL a real gateway while it streams replies and start it again, or SIGKILL a connected
-agent process mid-stream and let another answer: every turn ends with its full answer delivered
-once, and no message is left looking finished when it is not (each stale partial says it was
-interrupted)."""
+"""SIGKILL a real gateway while it streams replies (its own agent's, or a connected agent
+process's) and start it again, or SIGKILL a connected agent process mid-stream and let another
+answer: every turn ends with its full answer delivered once, and no message is left looking
+finished when it is not (each stale partial says it was interrupted)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections import defaultdict
@@ -117,7 +118,7 @@ AGENT_TOKEN = "stream-agent-token"
 WORKER = HERE / "stream_agent_worker.py"
 
 
-def agent_config(path: Path, *, transcript: Path, ledger: Path) -> Path:
+def agent_config(path: Path, *, transcript: Path, ledger: Path, port: int = 0) -> Path:
     path.write_text(
         "\n".join(
             [
@@ -133,7 +134,7 @@ def agent_config(path: Path, *, transcript: Path, ledger: Path) -> Path:
                 "[stores]",
                 f'ledger = "{ledger}"',
                 "[api]",
-                "port = 0",
+                f"port = {port}",
                 'agent_tokens = { streamer = { env = "STREAM_AGENT_TOKEN" } }',
                 "",
             ]
@@ -199,6 +200,53 @@ def test_sigkill_a_connected_agent_mid_stream_then_another_answers_once(
             first.kill()
             first.wait()
     assert gw.stop() == 0
+    final = last_texts(transcript)
+    assert finals_by_answer(transcript, answers) == {"q0": 1}
+    assert all(text == INTERRUPTED or body(text) in answers.values() for text in final.values())
+
+
+def test_sigkill_the_gateway_while_a_connected_agent_streams_then_restart(
+    tmp_path: Path, gateways: list[GatewayProcess]
+) -> None:
+    with socket.socket() as probe:  # the restarted gateway listens where the agent reconnects
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    transcript = tmp_path / "transcript.jsonl"
+    config = agent_config(
+        tmp_path / "bridge.toml",
+        transcript=transcript,
+        ledger=tmp_path / "bridge.sqlite3",
+        port=port,
+    )
+    gw = GatewayProcess(
+        config,
+        tmp_path,
+        args=["--settle", "0", "--heartbeat", "0.2"],
+        stdin=True,
+        env={"STREAM_AGENT_TOKEN": AGENT_TOKEN},
+    )
+    gateways.append(gw)
+    gw.start()
+    agent = start_agent(gw, tmp_path, "survivor")
+    try:
+        answers = {"q0": full_answer("q0")}
+        gw.say(json.dumps({"id": "m0", "text": "q0", "thread": "t0"}))
+        wait_for(lambda: streaming_edits(transcript, "q0") >= 2, what="the reply streaming")
+        gw.kill()
+        stale = set(last_texts(transcript))
+        gw.start()  # the agent reconnects as a new member; the turn has no frame
+        wait_for(
+            lambda: (
+                finals_by_answer(transcript, answers) == {"q0": 1}
+                and all(last_texts(transcript)[m] == INTERRUPTED for m in stale)
+            ),
+            timeout=40,
+            what="the answer delivered once and the stale partial marked interrupted",
+        )
+        assert gw.stop() == 0
+    finally:
+        agent.kill()
+        agent.wait()
     final = last_texts(transcript)
     assert finals_by_answer(transcript, answers) == {"q0": 1}
     assert all(text == INTERRUPTED or body(text) in answers.values() for text in final.values())
