@@ -29,11 +29,14 @@ longer announced wait is read as this one; the call after it learns whether the 
 refuses."""
 
 
-def parse_retry_after(value: object, *, now: float | None = None) -> float | None:
+def parse_retry_after(
+    value: object, *, now: float | None = None, scale: float = 1.0
+) -> float | None:
     """Seconds to wait, from a ``Retry-After`` header value or a JSON number.
 
-    Numbers (``int``, ``float``, or text such as ``"30"``, ``" 1.5 "``) are seconds; text that is
-    not a number is read as an HTTP date, relative to ``now`` (epoch seconds, default the clock).
+    Numbers (``int``, ``float``, or text such as ``"30"``, ``" 1.5 "``) are seconds, times
+    ``scale`` (``0.001`` for Matrix's ``retry_after_ms``); text that is not a number is read as an
+    HTTP date, relative to ``now`` (epoch seconds, default the clock).
     Negative, non-finite, boolean and unreadable values give ``None``; a date in the past gives
     ``0.0``; anything over ``MAX_RETRY_AFTER`` gives ``MAX_RETRY_AFTER``.
     """
@@ -45,16 +48,16 @@ def parse_retry_after(value: object, *, now: float | None = None) -> float | Non
         except UnicodeDecodeError:
             return None
     if isinstance(value, int):
-        return _seconds(float(min(value, 2**53)))  # float() overflows past 1e308
+        return _seconds(float(min(value, 2**53)) * scale)  # float() overflows past 1e308
     if isinstance(value, float):
-        return _seconds(value)
+        return _seconds(value * scale)
     if not isinstance(value, str):
         return None
     text = value.strip()
     if not text:
         return None
     try:
-        return _seconds(float(text))
+        return _seconds(float(text) * scale)
     except ValueError:
         pass
     # float() reads "nan" and "inf"; an HTTP date never parses as a float.

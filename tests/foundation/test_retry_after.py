@@ -66,3 +66,11 @@ def test_the_header_is_found_in_any_case() -> None:
 def test_anything_gives_a_sane_wait_or_none(value: object) -> None:
     seconds = parse_retry_after(value, now=NOW)
     assert seconds is None or (math.isfinite(seconds) and 0.0 <= seconds <= MAX_RETRY_AFTER)
+
+
+def test_a_scale_reads_milliseconds_before_the_cap() -> None:
+    # Matrix's retry_after_ms: 5,000,000 ms is 5,000 s (capped at the hour), 1,500 ms 1.5 s.
+    assert parse_retry_after(1500, scale=0.001) == 1.5
+    assert parse_retry_after("250", scale=0.001) == 0.25
+    assert parse_retry_after(5_000_000, scale=0.001) == MAX_RETRY_AFTER
+    assert parse_retry_after(-1, scale=0.001) is None

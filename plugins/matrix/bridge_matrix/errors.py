@@ -29,6 +29,8 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    parse_retry_after,
+    retry_after_header,
 )
 
 __all__ = ["ERRCODE_TABLE", "Operation", "map_matrix_error", "retry_after_of"]
@@ -55,17 +57,12 @@ _BODY_STATUSES = frozenset({400, 413, 422})
 def retry_after_of(status: int, headers: Any, body: Any) -> float | None:
     """Seconds to wait from a 429: the body's ``retry_after_ms`` (the spec's, precise to the
     millisecond), else the ``Retry-After`` header (seconds, MSC4041), else ``None``."""
+    # The core's one parser (ADR 0064): garbage, negative and non-finite values give None.
     if isinstance(body, dict):
-        milliseconds = body.get("retry_after_ms")
-        if isinstance(milliseconds, int | float) and not isinstance(milliseconds, bool):
-            return max(0.0, float(milliseconds) / 1000.0)
-    raw = headers.get("Retry-After") if headers is not None else None
-    if raw is not None:
-        try:
-            return max(0.0, float(raw))
-        except ValueError:
-            return None
-    return None
+        seconds = parse_retry_after(body.get("retry_after_ms"), scale=0.001)
+        if seconds is not None:
+            return seconds
+    return retry_after_header(headers)
 
 
 def map_matrix_error(
