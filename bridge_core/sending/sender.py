@@ -38,11 +38,8 @@ piece of work (``MessageRejected`` for keyed work, a ``TransportError`` for ``se
 the channel off, so a fault that repeats cannot spin it. Each is logged with the channel and the
 work's key.
 
-Exception hierarchy::
-
-    ProviderError            (bridge_core.provider)
-    └── TransportError
-        └── SenderClosed     the sender stopped before the work was sent
+Errors: ``SenderClosed`` (a ``TransportError``: the sender stopped before the work was sent); the
+whole tree is drawn in ``bridge_core.errors``.
 """
 
 from __future__ import annotations
@@ -64,13 +61,14 @@ from bridge_core.provider import (
     Forbidden,
     MessageRef,
     MessageRejected,
-    NotFound,
+    NotifierAction,
     ProviderError,
     RateLimited,
     SendBudget,
     TransportError,
     Unreachable,
     posting_with_key,
+    reading_for,
 )
 from bridge_core.sending.containment import fresh_error, must_propagate
 from bridge_core.sending.health import ChannelHealth
@@ -179,6 +177,15 @@ class ChannelSender:
         self.health = ChannelHealth(channel, recheck_interval=recheck_interval)
         self._running = False
         self._task_group: TaskGroup | None = None
+        # One handler per action of ERROR_TABLE: the table is the one reading of errors.
+        self._on_failure: dict[NotifierAction, Callable[[_Work, ProviderError, float], None]] = {
+            NotifierAction.PAUSE_CHANNEL: self._rate_limited,
+            NotifierAction.DROP_REF_REPOST: self._not_found,
+            NotifierAction.MARK_UNHEALTHY: self._forbidden,
+            NotifierAction.GIVE_UP_CHANNEL: self._unreachable,
+            NotifierAction.DROP_RENDERING: self._rejected,
+            NotifierAction.BACK_OFF: self._transient,
+        }
 
     # ------------------------------------------------------------------ state for health/metrics
 
@@ -455,105 +462,25 @@ class ChannelSender:
             self._resolve(work, MessageRejected(reason) if work.keyed else TransportError(reason))
 
     async def _send(self, work: _Work) -> None:
-        op = work.op
         # Rendered before the gate is asked, so work with nothing to say spends no budget.
-        try:
-            text = render_text(op.text)
-        except BaseException as error:
-            if must_propagate(error):
-                raise
-            self._render_failed(work, error)
+        text = self._render(work)
+        if text is None or not await self._take_slot(work):
             return
-        if text is None:
-            del self._queues[work.priority][work.key]
-            self.stats.skipped += 1
-            self._resolve(work, None)
-            return
-        if op.begin is not None:
-            # ``begin`` (the ledger's claim, a database commit) runs once the gate says the send
-            # may go, so a post still waiting for its slot has not begun (ADR 0028). The send
-            # is then reserved after it: a grant must be used at once, or the sends it spaces
-            # would reach the platform closer together than the budget allows.
-            delay = await self._gate.peek(anyio.current_time(), priority=work.priority)
-            if delay > 0:
-                await anyio.sleep(delay)  # the work stays queued, not begun
-                return
-            if not await self._begin(work, op):
-                return
-        delay = await self._gate.reserve(anyio.current_time(), priority=work.priority)
-        if delay > 0:
-            await anyio.sleep(delay)  # the work stays queued; the next step re-renders it
-            return
-        queue = self._queues[work.priority]
-        if queue.get(work.key) is not work:
-            # Replaced or withdrawn while a shared gate answered (the in-process gate never
-            # yields): the reserved send goes unused, which only errs on the side of the budget.
-            return
-        del queue[work.key]
         now = anyio.current_time()
         self.stats.sends += 1
         self.sent_at.append(now)
         self._inflight = work
         try:
-            if isinstance(op, Post):
-                self.stats.posts += 1
-                thread = op.thread or self.thread
-                with posting_with_key(op.key):
-                    if op.call is not None:
-                        ref = await op.call(self.channel, text, thread)
-                    else:
-                        ref = await self.provider.post(self.channel, text, thread=thread)
-            else:
-                self.stats.edits += 1
-                self._last_write[op.ref.message_id] = now
-                if op.call is not None:
-                    ref = await op.call(op.ref, text)
-                else:
-                    ref = await self.provider.edit(op.ref, text)
+            ref = await self._call(work.op, text, now)
         except anyio.get_cancelled_exc_class():
             self._resolve(work, self._closed())
             raise
-        except RateLimited as error:
-            self.stats.rate_limit_pauses += 1
-            if error.retry_after is not None:  # a usable wait, or None (ADR 0027)
-                self._pause(error.retry_after)
-            else:
-                self.stats.backoffs += 1
-                self._pause(self._backoff())
-            self._retry_or_fail(work, error, retry_unkeyed=True)
-        except NotFound as error:
-            self.stats.not_found += 1
-            self._resolve(work, error)
-        except MessageRejected as error:
-            # About this message only: the channel's pause, back-off and health stay as they are.
-            self.stats.rejected += 1
-            if work.keyed:
-                self._last_rejected[work.key] = now
-                self._forget_old_writes(now)
-            self._resolve(work, error)
-        except Forbidden as error:
-            self.stats.forbidden += 1
-            self.health.forbidden(error)
-            self._fail_unkeyed(error)
-            self._retry_or_fail(work, error, retry_unkeyed=False)
-        except Unreachable as error:
-            self.stats.unreachable += 1
-            self.health.unreachable(error)
-            self._resolve(work, error)
-        except ProviderError as error:
-            self._transient(work, error)
-        except BaseException as error:  # a provider bug reads as transient (reading_for's rule)
+        except BaseException as error:
             if must_propagate(error):
                 self._resolve(work, self._closed())
                 raise
-            logger.exception(
-                "provider %r raised a non-ProviderError on channel %r (work %r)",
-                self.provider.name,
-                self.channel,
-                work.key,
-            )
-            self.stats.contained += 1
-            self._transient(work, TransportError(f"{type(error).__name__}: {error}"))
+            failure = self._as_provider_error(work, error)
+            self._on_failure[reading_for(failure).notifier](work, failure, now)
         else:
             self._failures = 0
             self.health.proven()
@@ -563,6 +490,115 @@ class ChannelSender:
             self._resolve(work, ref)
         finally:
             self._inflight = None
+
+    def _render(self, work: _Work) -> str | None:
+        """The work's text now; None when there is nothing to send (the work is then answered)."""
+        try:
+            text = render_text(work.op.text)
+        except BaseException as error:
+            if must_propagate(error):
+                raise
+            self._render_failed(work, error)
+            return None
+        if text is None:
+            del self._queues[work.priority][work.key]
+            self.stats.skipped += 1
+            self._resolve(work, None)
+        return text
+
+    async def _take_slot(self, work: _Work) -> bool:
+        """Begin the post (when it has a ``begin``) and reserve its send; True when it may go now,
+        and then the work has left its queue. False: it stays queued for a later step, or it
+        was answered (its ``begin`` raised)."""
+        op = work.op
+        if isinstance(op, Post) and op.begin is not None:
+            # ``begin`` (the ledger's claim, a database commit) runs once the gate says the send
+            # may go, so a post still waiting for its slot has not begun (ADR 0028). The send
+            # is then reserved after it: a grant must be used at once, or the sends it spaces
+            # would reach the platform closer together than the budget allows.
+            delay = await self._gate.peek(anyio.current_time(), priority=work.priority)
+            if delay > 0:
+                await anyio.sleep(delay)  # the work stays queued, not begun
+                return False
+            if not await self._begin(work, op):
+                return False
+        delay = await self._gate.reserve(anyio.current_time(), priority=work.priority)
+        if delay > 0:
+            await anyio.sleep(delay)  # the work stays queued; the next step re-renders it
+            return False
+        queue = self._queues[work.priority]
+        if queue.get(work.key) is not work:
+            # Replaced or withdrawn while a shared gate answered (the in-process gate never
+            # yields): the reserved send goes unused, which only errs on the side of the budget.
+            return False
+        del queue[work.key]
+        return True
+
+    async def _call(self, op: SendOp, text: str, now: float) -> MessageRef:
+        """The one provider call of a send."""
+        if isinstance(op, Post):
+            self.stats.posts += 1
+            thread = op.thread or self.thread
+            with posting_with_key(op.key):
+                if op.call is not None:
+                    return await op.call(self.channel, text, thread)
+                return await self.provider.post(self.channel, text, thread=thread)
+        self.stats.edits += 1
+        self._last_write[op.ref.message_id] = now
+        if op.call is not None:
+            return await op.call(op.ref, text)
+        return await self.provider.edit(op.ref, text)
+
+    def _as_provider_error(self, work: _Work, error: BaseException) -> ProviderError:
+        if isinstance(error, ProviderError):
+            return error
+        # A provider bug reads as transient, as ``reading_for`` reads anything unclassified.
+        logger.error(
+            "provider %r raised a non-ProviderError on channel %r (work %r)",
+            self.provider.name,
+            self.channel,
+            work.key,
+            exc_info=error,
+        )
+        self.stats.contained += 1
+        return TransportError(f"{type(error).__name__}: {error}")
+
+    def _rate_limited(self, work: _Work, error: ProviderError, now: float) -> None:
+        self.stats.rate_limit_pauses += 1
+        retry_after = cast(RateLimited, error).retry_after  # usable, or None (ADR 0027)
+        if retry_after is None:
+            self.stats.backoffs += 1
+        self._pause(retry_after if retry_after is not None else self._backoff())
+        self._retry_or_fail(work, error, retry_unkeyed=True)
+
+    def _not_found(self, work: _Work, error: ProviderError, now: float) -> None:
+        self.stats.not_found += 1
+        self._resolve(work, error)
+
+    def _forbidden(self, work: _Work, error: ProviderError, now: float) -> None:
+        self.stats.forbidden += 1
+        self.health.forbidden(cast(Forbidden, error))
+        self._fail_unkeyed(error)
+        self._retry_or_fail(work, error, retry_unkeyed=False)
+
+    def _unreachable(self, work: _Work, error: ProviderError, now: float) -> None:
+        self.stats.unreachable += 1
+        self.health.unreachable(cast(Unreachable, error))
+        self._resolve(work, error)
+
+    def _rejected(self, work: _Work, error: ProviderError, now: float) -> None:
+        # About this message only: the channel's pause, back-off and health stay as they are.
+        self.stats.rejected += 1
+        if work.keyed:
+            self._last_rejected[work.key] = now
+            self._forget_old_writes(now)
+        self._resolve(work, error)
+
+    def _transient(self, work: _Work, error: ProviderError, now: float) -> None:
+        self.stats.transport_errors += 1
+        self.stats.backoffs += 1
+        self._pause(self._backoff())
+        self._retry_or_fail(work, error, retry_unkeyed=False)
 
     async def _begin(self, work: _Work, op: SendOp) -> bool:
         """Await the post's ``begin`` (the caller's last word before its send); False when it
@@ -600,12 +636,6 @@ class ChannelSender:
         if work.keyed:  # a resubmission of the key is spaced like a refused post
             self._last_rejected[work.key] = anyio.current_time()
         self._resolve(work, MessageRejected(f"rendering raised {type(error).__name__}: {error}"))
-
-    def _transient(self, work: _Work, error: ProviderError) -> None:
-        self.stats.transport_errors += 1
-        self.stats.backoffs += 1
-        self._pause(self._backoff())
-        self._retry_or_fail(work, error, retry_unkeyed=False)
 
     def _retry_or_fail(self, work: _Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
         if work.keyed or retry_unkeyed:
