@@ -49,7 +49,7 @@ import math
 import random as random_module
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import cast
 
@@ -83,6 +83,7 @@ from bridge_core.sending.ops import (
     render_text,
 )
 from bridge_core.sending.pacing import BudgetGate, SendGate
+from bridge_core.sending.queue import Outcome, OutcomeCallback, Work, WorkQueue
 
 __all__ = [
     "BACKOFF_MAX",
@@ -98,9 +99,6 @@ logger = logging.getLogger("bridge_core.sending")
 
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
-
-Outcome = MessageRef | ProviderError | None
-OutcomeCallback = Callable[[Outcome], None]
 
 
 class SenderClosed(TransportError):
@@ -125,20 +123,6 @@ class SenderStats:
     superseded: int = 0
     skipped: int = 0
     contained: int = 0  # unexpected exceptions contained to one piece of work (ADR 0026)
-
-
-@dataclass(eq=False, slots=True)
-class _Work:
-    key: Hashable
-    op: SendOp
-    priority: int
-    on_outcome: OutcomeCallback | None = None
-    keyed: bool = True
-    waiter: anyio.Event | None = None
-    result: Outcome = None
-    begin_error: Exception | None = None  # raised by the op's ``begin``: nothing was sent
-    done: bool = False
-    target: str | None = field(default=None)
 
 
 class ChannelSender:
@@ -166,10 +150,8 @@ class ChannelSender:
         self.sent_at: deque[float] = deque(maxlen=4096)  # recent attempts, for `chatbridge top`
         self._random = random if random is not None else random_module.Random()
         self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
-        self._queues: list[dict[Hashable, _Work]] = [{} for _ in Priority]
-        self._last_write: dict[str, float] = {}
-        self._last_rejected: dict[Hashable, float] = {}  # keyed work: key -> time of refusal
-        self._inflight: _Work | None = None
+        self._queue = WorkQueue(edit_spacing=budget.edit_spacing)
+        self._inflight: Work | None = None
         self._wake: anyio.Event | None = None
         self._waiting = False
         self._failures = 0
@@ -178,7 +160,7 @@ class ChannelSender:
         self._running = False
         self._task_group: TaskGroup | None = None
         # One handler per action of ERROR_TABLE: the table is the one reading of errors.
-        self._on_failure: dict[NotifierAction, Callable[[_Work, ProviderError, float], None]] = {
+        self._on_failure: dict[NotifierAction, Callable[[Work, ProviderError, float], None]] = {
             NotifierAction.PAUSE_CHANNEL: self._rate_limited,
             NotifierAction.DROP_REF_REPOST: self._not_found,
             NotifierAction.MARK_UNHEALTHY: self._forbidden,
@@ -207,12 +189,12 @@ class ChannelSender:
     @property
     def queued(self) -> int:
         """Operations waiting to be sent (bounded by keys, not by submissions)."""
-        return sum(len(q) for q in self._queues)
+        return len(self._queue)
 
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing in flight."""
-        return self._inflight is None and not any(self._queues)
+        return self._inflight is None and not self._queue
 
     # ------------------------------------------------------------------ the two ways in
 
@@ -238,7 +220,7 @@ class ChannelSender:
             op = Post(text, thread, call=cast("PostCall | None", call))
         else:
             op = Edit(edit, text, call=cast("EditCall | None", call))
-        return self._enqueue(_Work(key, op, self._check_priority(priority), on_outcome))
+        return self._enqueue(Work(key, op, self._check_priority(priority), on_outcome))
 
     async def send(self, op: SendOp, *, priority: int = Priority.TERMINAL) -> MessageRef:
         """Send ``op`` and wait for it; the ``MessageRef`` or the ``ProviderError`` it met.
@@ -247,14 +229,14 @@ class ChannelSender:
         once the channel has been given up.
         """
         self.health.refuse_if_unhealthy()
-        work = _Work(object(), op, self._check_priority(priority), keyed=False)
+        work = Work(object(), op, self._check_priority(priority), keyed=False)
         work.waiter = anyio.Event()
         self._enqueue(work)
         try:
             await work.waiter.wait()
         finally:
             if not work.done:  # cancelled while queued: take it back
-                self._queues[work.priority].pop(work.key, None)
+                self._queue.remove(work)
         result = work.result
         if work.begin_error is not None:
             raise work.begin_error
@@ -266,12 +248,10 @@ class ChannelSender:
 
     def cancel(self, key: Hashable) -> bool:
         """Withdraw queued work of ``key`` (its on_outcome gets ``None``); False if none queued."""
-        for queue in self._queues:
-            work = queue.pop(key, None)
-            if work is not None:
-                self._resolve(work, None)
-                return True
-        return False
+        work = self._queue.withdraw(key)
+        if work is not None:
+            self._resolve(work, None)
+        return work is not None
 
     # ------------------------------------------------------------------ running
 
@@ -305,10 +285,8 @@ class ChannelSender:
         finally:
             self._running = False
             closed = self._closed()
-            for queue in self._queues:
-                for work in list(queue.values()):
-                    self._resolve(work, closed)
-                queue.clear()
+            for work in self._queue.take_all():
+                self._resolve(work, closed)
 
     # ------------------------------------------------------------------ internals
 
@@ -321,26 +299,15 @@ class ChannelSender:
             raise ValueError(f"priority must be a Priority (0, 1 or 2), got {priority!r}")
         return int(priority)
 
-    def _enqueue(self, work: _Work) -> bool:
-        if isinstance(work.op, Edit):
-            work.target = work.op.ref.message_id
-        replaced: _Work | None = None
-        if work.keyed:
-            for queue in self._queues:
-                replaced = queue.get(work.key)
-                if replaced is not None:
-                    if replaced.priority != work.priority:
-                        del queue[work.key]
-                    break
-        # Assigning an existing key keeps its place in line: replaced in place, not re-queued.
-        self._queues[work.priority][work.key] = work
+    def _enqueue(self, work: Work) -> bool:
+        replaced = self._queue.put(work)
         if replaced is not None:
             self.stats.superseded += 1
         if self._waiting and self._wake is not None:
             self._wake.set()
         return replaced is not None
 
-    def _resolve(self, work: _Work, result: Outcome) -> None:
+    def _resolve(self, work: Work, result: Outcome) -> None:
         work.done = True
         work.result = result
         if work.waiter is not None:
@@ -353,38 +320,11 @@ class ChannelSender:
                     raise
                 logger.exception("on_outcome callback for %r on %r raised", work.key, self.channel)
 
-    def _requeue(self, work: _Work) -> None:
+    def _requeue(self, work: Work) -> None:
         """Put keyed work back at the head of its class, unless newer work of its key waits."""
-        for queue in self._queues:
-            if work.key in queue:
-                self.stats.superseded += 1
-                self._resolve(work, None)
-                return
-        queue = self._queues[work.priority]
-        rebuilt = {work.key: work}
-        rebuilt.update(queue)
-        self._queues[work.priority] = rebuilt
-
-    def _not_before(self, work: _Work) -> float:
-        if work.target is not None:
-            last = self._last_write.get(work.target)
-        elif work.keyed:
-            # A post whose key's last message was refused: spaced like edits of one message.
-            last = self._last_rejected.get(work.key)
-        else:
-            return -math.inf
-        return -math.inf if last is None else last + self.budget.edit_spacing
-
-    def _pick(self, now: float) -> tuple[_Work | None, float]:
-        """The first eligible work in priority order, else when the earliest becomes eligible."""
-        earliest = math.inf
-        for queue in self._queues:
-            for work in queue.values():
-                not_before = self._not_before(work)
-                if not_before <= now:
-                    return work, now
-                earliest = min(earliest, not_before)
-        return None, earliest
+        if not self._queue.put_back(work):
+            self.stats.superseded += 1
+            self._resolve(work, None)
 
     async def _wait(self, deadline: float) -> None:
         """Sleep until ``deadline`` or until new work is submitted, whichever is first."""
@@ -408,18 +348,15 @@ class ChannelSender:
         self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
 
     def _fail_unkeyed(self, error: ProviderError) -> None:
-        for queue in self._queues:
-            for key in [key for key, work in queue.items() if not work.keyed]:
-                self._resolve(queue.pop(key), fresh_error(error))
+        for work in self._queue.take_unkeyed():
+            self._resolve(work, fresh_error(error))
 
     async def _step(self) -> None:
         now = anyio.current_time()
         health = self.health
         if health.gave_up is not None:
-            for queue in self._queues:
-                for abandoned in list(queue.values()):
-                    self._resolve(abandoned, fresh_error(health.gave_up))
-                queue.clear()
+            for abandoned in self._queue.take_all():
+                self._resolve(abandoned, fresh_error(health.gave_up))
             await self._wait(math.inf)
             return
         if now < self._paused_until:
@@ -431,7 +368,7 @@ class ChannelSender:
                 return
             if self.provider.capabilities.probe and await health.probe(self.provider):
                 return
-        work, ready_at = self._pick(now)
+        work, ready_at = self._queue.pick(now)
         if work is None:
             await self._wait(ready_at)
             return
@@ -442,7 +379,7 @@ class ChannelSender:
                 raise
             self._contain(work, error)
 
-    def _contain(self, work: _Work, error: BaseException) -> None:
+    def _contain(self, work: Work, error: BaseException) -> None:
         """An error nothing else read while ``work`` was sent (a bug, or a shared gate's store
         failing): that work fails, the channel backs off so a fault that repeats cannot spin it,
         and the sender goes on."""
@@ -455,13 +392,13 @@ class ChannelSender:
         )
         self.stats.contained += 1
         self._inflight = None
-        self._queues[work.priority].pop(work.key, None)
+        self._queue.remove(work)
         self._pause(self._backoff())
         if not work.done:
             reason = f"the sender failed on this work: {type(error).__name__}: {error}"
             self._resolve(work, MessageRejected(reason) if work.keyed else TransportError(reason))
 
-    async def _send(self, work: _Work) -> None:
+    async def _send(self, work: Work) -> None:
         # Rendered before the gate is asked, so work with nothing to say spends no budget.
         text = self._render(work)
         if text is None or not await self._take_slot(work):
@@ -484,14 +421,13 @@ class ChannelSender:
         else:
             self._failures = 0
             self.health.proven()
-            self._last_write[ref.message_id] = now
-            self._forget_old_writes(now)
+            self._queue.wrote(ref.message_id, now)
             self.stats.delivered += 1
             self._resolve(work, ref)
         finally:
             self._inflight = None
 
-    def _render(self, work: _Work) -> str | None:
+    def _render(self, work: Work) -> str | None:
         """The work's text now; None when there is nothing to send (the work is then answered)."""
         try:
             text = render_text(work.op.text)
@@ -501,12 +437,12 @@ class ChannelSender:
             self._render_failed(work, error)
             return None
         if text is None:
-            del self._queues[work.priority][work.key]
+            self._queue.remove(work)
             self.stats.skipped += 1
             self._resolve(work, None)
         return text
 
-    async def _take_slot(self, work: _Work) -> bool:
+    async def _take_slot(self, work: Work) -> bool:
         """Begin the post (when it has a ``begin``) and reserve its send; True when it may go now,
         and then the work has left its queue. False: it stays queued for a later step, or it
         was answered (its ``begin`` raised)."""
@@ -526,12 +462,11 @@ class ChannelSender:
         if delay > 0:
             await anyio.sleep(delay)  # the work stays queued; the next step re-renders it
             return False
-        queue = self._queues[work.priority]
-        if queue.get(work.key) is not work:
+        if not self._queue.is_queued(work):
             # Replaced or withdrawn while a shared gate answered (the in-process gate never
             # yields): the reserved send goes unused, which only errs on the side of the budget.
             return False
-        del queue[work.key]
+        self._queue.remove(work)
         return True
 
     async def _call(self, op: SendOp, text: str, now: float) -> MessageRef:
@@ -544,12 +479,12 @@ class ChannelSender:
                     return await op.call(self.channel, text, thread)
                 return await self.provider.post(self.channel, text, thread=thread)
         self.stats.edits += 1
-        self._last_write[op.ref.message_id] = now
+        self._queue.wrote(op.ref.message_id, now)
         if op.call is not None:
             return await op.call(op.ref, text)
         return await self.provider.edit(op.ref, text)
 
-    def _as_provider_error(self, work: _Work, error: BaseException) -> ProviderError:
+    def _as_provider_error(self, work: Work, error: BaseException) -> ProviderError:
         if isinstance(error, ProviderError):
             return error
         # A provider bug reads as transient, as ``reading_for`` reads anything unclassified.
@@ -563,7 +498,7 @@ class ChannelSender:
         self.stats.contained += 1
         return TransportError(f"{type(error).__name__}: {error}")
 
-    def _rate_limited(self, work: _Work, error: ProviderError, now: float) -> None:
+    def _rate_limited(self, work: Work, error: ProviderError, now: float) -> None:
         self.stats.rate_limit_pauses += 1
         retry_after = cast(RateLimited, error).retry_after  # usable, or None (ADR 0027)
         if retry_after is None:
@@ -571,49 +506,48 @@ class ChannelSender:
         self._pause(retry_after if retry_after is not None else self._backoff())
         self._retry_or_fail(work, error, retry_unkeyed=True)
 
-    def _not_found(self, work: _Work, error: ProviderError, now: float) -> None:
+    def _not_found(self, work: Work, error: ProviderError, now: float) -> None:
         self.stats.not_found += 1
         self._resolve(work, error)
 
-    def _forbidden(self, work: _Work, error: ProviderError, now: float) -> None:
+    def _forbidden(self, work: Work, error: ProviderError, now: float) -> None:
         self.stats.forbidden += 1
         self.health.forbidden(cast(Forbidden, error))
         self._fail_unkeyed(error)
         self._retry_or_fail(work, error, retry_unkeyed=False)
 
-    def _unreachable(self, work: _Work, error: ProviderError, now: float) -> None:
+    def _unreachable(self, work: Work, error: ProviderError, now: float) -> None:
         self.stats.unreachable += 1
         self.health.unreachable(cast(Unreachable, error))
         self._resolve(work, error)
 
-    def _rejected(self, work: _Work, error: ProviderError, now: float) -> None:
+    def _rejected(self, work: Work, error: ProviderError, now: float) -> None:
         # About this message only: the channel's pause, back-off and health stay as they are.
         self.stats.rejected += 1
         if work.keyed:
-            self._last_rejected[work.key] = now
-            self._forget_old_writes(now)
+            self._queue.refused(work.key, now)
         self._resolve(work, error)
 
-    def _transient(self, work: _Work, error: ProviderError, now: float) -> None:
+    def _transient(self, work: Work, error: ProviderError, now: float) -> None:
         self.stats.transport_errors += 1
         self.stats.backoffs += 1
         self._pause(self._backoff())
         self._retry_or_fail(work, error, retry_unkeyed=False)
 
-    async def _begin(self, work: _Work, op: SendOp) -> bool:
+    async def _begin(self, work: Work, op: SendOp) -> bool:
         """Await the post's ``begin`` (the caller's last word before its send); False when it
         raised: the work leaves the queue unsent."""
         assert op.begin is not None
         try:
             await op.begin()
         except anyio.get_cancelled_exc_class():
-            self._queues[work.priority].pop(work.key, None)
+            self._queue.remove(work)
             self._resolve(work, self._closed())
             raise
         except BaseException as error:
             if must_propagate(error):
                 raise
-            self._queues[work.priority].pop(work.key, None)
+            self._queue.remove(work)
             work.begin_error = (
                 error if isinstance(error, Exception) else TransportError(f"begin raised {error!r}")
             )
@@ -621,7 +555,7 @@ class ChannelSender:
             return False
         return True
 
-    def _render_failed(self, work: _Work, error: BaseException) -> None:
+    def _render_failed(self, work: Work, error: BaseException) -> None:
         """Rendering ``work``'s text raised: that operation fails as a refused message (the same
         state renders the same way, so retrying cannot help); the channel goes on."""
         logger.error(
@@ -632,21 +566,13 @@ class ChannelSender:
             exc_info=error,
         )
         self.stats.contained += 1
-        del self._queues[work.priority][work.key]
+        self._queue.remove(work)
         if work.keyed:  # a resubmission of the key is spaced like a refused post
-            self._last_rejected[work.key] = anyio.current_time()
+            self._queue.refused(work.key, anyio.current_time())
         self._resolve(work, MessageRejected(f"rendering raised {type(error).__name__}: {error}"))
 
-    def _retry_or_fail(self, work: _Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
+    def _retry_or_fail(self, work: Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
         if work.keyed or retry_unkeyed:
             self._requeue(work)
         else:
             self._resolve(work, error)
-
-    def _forget_old_writes(self, now: float) -> None:
-        # Spacing only needs writes younger than edit_spacing; prune in batches, not per send.
-        horizon = now - self.budget.edit_spacing
-        if len(self._last_write) > 4096:
-            self._last_write = {m: t for m, t in self._last_write.items() if t > horizon}
-        if len(self._last_rejected) > 4096:
-            self._last_rejected = {k: t for k, t in self._last_rejected.items() if t > horizon}
