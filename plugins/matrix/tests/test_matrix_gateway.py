@@ -110,7 +110,7 @@ def test_sigkill_mid_delivery_loses_and_duplicates_nothing(
     )
     gateway = GatewayProcess(config, tmp_path, token=bot.access_token)
     gateways.append(gateway)
-    total, kills, sent = 30, 6, 0
+    total, kills, sent = 20, 4, 0
     for _ in range(kills):
         gateway.start().wait_until_receiving()
         for _ in range(5):
