@@ -52,6 +52,7 @@ PLATFORM_ERROR_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ("Slack", "bridge-slack", "bridge_slack.errors", "SLACK_ERRORS"),
     ("Discord", "bridge-discord", "bridge_discord.errors", "CODE_TABLE"),
     ("Teams", "bridge-teams", "bridge_teams.errors", "CODE_TABLE"),
+    ("Matrix", "bridge-matrix", "bridge_matrix.errors", "ERRCODE_TABLE"),
 )
 """Each shipped plugin's table of its platform's error codes: title, distribution, module, name."""
 

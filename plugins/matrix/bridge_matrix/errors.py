@@ -38,6 +38,10 @@ __all__ = ["ERRCODE_TABLE", "Operation", "map_matrix_error", "retry_after_of"]
 Operation = Literal["post", "edit", "probe", "sync"]
 
 ERRCODE_TABLE: dict[str, tuple[type[ProviderError], str]] = {
+    # These two are read before the rest: the retry-after comes from the body or the header,
+    # and a missing event means a repost only for an edit.
+    "M_LIMIT_EXCEEDED": (RateLimited, "rate limited; retry_after_ms says for how long"),
+    "M_NOT_FOUND": (NotFound, "the event to edit is gone (on a post: the room, Unreachable)"),
     "M_FORBIDDEN": (Forbidden, "the bot may not send there (kicked, banned, not joined)"),
     "M_GUEST_ACCESS_FORBIDDEN": (Forbidden, "the room does not admit guests"),
     "M_RESOURCE_LIMIT_EXCEEDED": (Forbidden, "the homeserver is over its user limit"),

@@ -1,0 +1,59 @@
+"""The errcode table and the fallbacks on the status, as the homeserver answers them."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from bridge_matrix.errors import ERRCODE_TABLE, map_matrix_error, retry_after_of
+
+from bridge_core import (
+    Forbidden,
+    MessageRejected,
+    NotFound,
+    ProviderError,
+    RateLimited,
+    TransportError,
+    Unreachable,
+)
+
+
+@pytest.mark.parametrize("errcode", sorted(ERRCODE_TABLE))
+def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
+    kind, _ = ERRCODE_TABLE[errcode]
+    error = map_matrix_error(400, {"errcode": errcode, "error": "x"}, operation="edit", where="w")
+    assert type(error) is kind
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "operation", "expected"),
+    [
+        (404, {"errcode": "M_NOT_FOUND"}, "post", Unreachable),
+        (404, {"errcode": "M_NOT_FOUND"}, "edit", NotFound),
+        (403, {"errcode": "M_SOMETHING_NEW"}, "post", Forbidden),
+        (401, None, "post", Unreachable),
+        (413, {"errcode": "M_SOMETHING_NEW"}, "post", MessageRejected),
+        (400, {"errcode": "M_UNKNOWN", "error": "bad relation"}, "post", MessageRejected),
+        (500, {"errcode": "M_UNKNOWN"}, "post", TransportError),
+        (502, None, "edit", TransportError),
+        (418, None, "post", Unreachable),
+    ],
+)
+def test_unlisted_answers_fall_back_on_the_status(
+    status: int, body: object, operation: str, expected: type[ProviderError]
+) -> None:
+    error = map_matrix_error(status, body, operation=operation, where="post to room !r")  # type: ignore[arg-type]
+    assert type(error) is expected
+    assert f"HTTP {status}" in str(error) and "room !r" in str(error)
+
+
+def test_retry_after_prefers_the_bodys_milliseconds_then_the_header() -> None:
+    headers = httpx.Headers({"Retry-After": "3"})
+    assert retry_after_of(429, headers, {"retry_after_ms": 1250}) == 1.25
+    assert retry_after_of(429, headers, {"errcode": "M_LIMIT_EXCEEDED"}) == 3.0
+    assert retry_after_of(429, httpx.Headers(), {}) is None
+    assert retry_after_of(429, httpx.Headers({"Retry-After": "soon"}), {}) is None
+    assert retry_after_of(429, httpx.Headers(), {"retry_after_ms": True}) is None
+    limited = map_matrix_error(
+        429, {"errcode": "M_LIMIT_EXCEEDED", "retry_after_ms": 500}, operation="post", where="w"
+    )
+    assert isinstance(limited, RateLimited) and limited.retry_after == 0.5
