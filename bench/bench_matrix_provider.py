@@ -10,8 +10,8 @@ not the pacing's:
 - ``MatrixProvider.post``: the provider (length and JSON-size checks, transaction id from the
   post key, deadline, error mapping);
 - the floor for an edit: one bare ``PUT`` of an ``m.replace`` event;
-- ``MatrixProvider.edit``: the provider's edit, which also reads the target event first (so a
-  redacted message reads as NotFound): two requests per edit.
+- ``MatrixProvider.edit``: the provider's edit (one ``PUT``, after its check against the
+  redactions it saw by ``/sync``).
 
 Prints calls per second and each figure's ratio to its floor. Calls are sequential, like one
 channel's sender, so the figures are per-call latency through Synapse (SQLite) more than its
@@ -123,7 +123,7 @@ async def main(count: int) -> None:
     print(f"floor (bare httpx PUT send):      {post_floor:5.0f} /s  (1.00)")
     print(f"MatrixProvider.post:              {posts:5.0f} /s  ({posts / post_floor:.2f} of floor)")
     print(f"floor (bare httpx PUT m.replace): {edit_floor:5.0f} /s  (1.00)")
-    print(f"MatrixProvider.edit (GET + PUT):  {edits:5.0f} /s  ({edits / edit_floor:.2f} of floor)")
+    print(f"MatrixProvider.edit:              {edits:5.0f} /s  ({edits / edit_floor:.2f} of floor)")
 
 
 if __name__ == "__main__":

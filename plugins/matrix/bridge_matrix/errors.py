@@ -4,7 +4,7 @@ The client-server API answers errors with an HTTP status and ``{"errcode", "erro
 errcode is the more precise of the two, so it is read first and the status is the fallback::
 
     M_LIMIT_EXCEEDED (429; retry_after_ms in the body, or Retry-After)   -> RateLimited
-    M_NOT_FOUND on an edit (the event is unknown), a redacted target      -> NotFound (repost)
+    M_NOT_FOUND, or a 400 "Can't send relation to unknown event", on an edit -> NotFound (repost)
     M_FORBIDDEN (kicked, banned, not joined, no power), M_GUEST_ACCESS_FORBIDDEN,
     M_RESOURCE_LIMIT_EXCEEDED (the server's user limit)                   -> Forbidden
     M_UNKNOWN_TOKEN, M_MISSING_TOKEN, M_USER_DEACTIVATED, M_UNRECOGNIZED,
@@ -84,7 +84,9 @@ def map_matrix_error(
             f"the homeserver rate limited {where} ({detail})",
             retry_after=retry_after_of(status, headers, body),
         )
-    if errcode == "M_NOT_FOUND" or (status == 404 and not errcode):
+    # Synapse refuses a relation to an event it does not have with a bare 400 (M_UNKNOWN).
+    unknown_target = status == 400 and "unknown event" in said.lower()
+    if errcode == "M_NOT_FOUND" or (status == 404 and not errcode) or unknown_target:
         if operation == "edit":
             return NotFound(f"the homeserver has no event to edit in {where} ({detail})")
         return Unreachable(f"the homeserver refused {where}: not found ({detail})")

@@ -23,6 +23,7 @@ __all__ = [
     "SyncPosition",
     "inbound_from_event",
     "kicks_in",
+    "redacted_by",
     "timeline_events",
 ]
 
@@ -34,7 +35,10 @@ SYNC_FILTER: dict[str, Any] = {
     "presence": {"types": []},
     "account_data": {"types": []},
     "room": {
-        "timeline": {"types": ["m.room.message", "m.room.member"], "limit": 100},
+        "timeline": {
+            "types": ["m.room.message", "m.room.member", "m.room.redaction"],
+            "limit": 100,
+        },
         "state": {"types": ["m.room.member"], "lazy_load_members": True},
         "ephemeral": {"types": []},
         "account_data": {"types": []},
@@ -81,6 +85,18 @@ def kicks_in(sync: dict[str, Any], user_id: str) -> Iterator[tuple[str, dict[str
         for event in room.get("timeline", {}).get("events", []):
             if event.get("type") == "m.room.member" and event.get("state_key") == user_id:
                 yield room_id, event
+
+
+def redacted_by(event: dict[str, Any]) -> str | None:
+    """The event id an ``m.room.redaction`` removes (``redacts`` at the top level in older room
+    versions, in the content since version 11), else ``None``."""
+    if event.get("type") != "m.room.redaction":
+        return None
+    target = event.get("redacts")
+    if not isinstance(target, str):
+        content = event.get("content")
+        target = content.get("redacts") if isinstance(content, dict) else None
+    return target if isinstance(target, str) else None
 
 
 def inbound_from_event(

@@ -25,12 +25,10 @@ EVENT_BYTES = 65_536
 over 65,536 bytes (``M_TOO_LARGE``); the spec sets the same limit for every homeserver."""
 
 MAX_TEXT_BYTES = 28_000
-# The text goes into the event once as ``body`` (an edit also carries ``m.new_content.body`` and
-# a fallback clipped to 1,000 bytes). JSON doubles a quote, backslash or newline, so 28,000 bytes
-# of text stay under 65,536 with room for the envelope even when every byte doubles; text that
-# JSON inflates more (control characters, 6 bytes each) used to be refused before it reached the
-# server (ADR 0081); the length is now counted as sent (LengthUnit.JSON_UTF8: the text as a JSON
-# string in UTF-8, "\x1b" 6 bytes), so the core chunks such text to fit (ADR 0067).
+# Counted as sent (LengthUnit.JSON_UTF8: the text as a JSON string in UTF-8, "\x1b" 6 bytes,
+# a quote or newline 2), so the core chunks any text to fit (ADR 0067). The event carries the
+# text once as ``body`` (an edit: once in ``m.new_content`` plus a fallback of at most 100 bytes
+# of text), so 28,000 stay under the 65,536-byte event with ample room for the envelope.
 CAPABILITIES = Capabilities(
     edit=True,
     max_length=MAX_TEXT_BYTES,

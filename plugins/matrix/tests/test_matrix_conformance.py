@@ -133,9 +133,10 @@ class TestMatrixConformance(ProviderConformance):
                 Fault.SLOW: ScriptedReply(stall=3.0, body={"event_id": "$late"}),
             }
             if fault is Fault.NOT_FOUND:
-                # What Synapse answers for an event id it does not have (the edit's look-up).
-                method, path = "GET", "/event/"
-                reply = ScriptedReply.error(404, "M_NOT_FOUND", "Could not find event")
+                # What Synapse answers to an edit (a relation) of an event it does not have.
+                reply = ScriptedReply.error(
+                    400, "M_UNKNOWN", "Can't send relation to unknown event"
+                )
             else:
                 reply = replies[fault]
             proxy.script(method, path, reply)
@@ -168,6 +169,6 @@ class TestMatrixConformance(ProviderConformance):
             thread_for=lambda ref: ref.message_id,
             extra_pings=("@room", "@ROOM", "@Room"),
             plugin=plugin,
-            requests_per_call={"post": 1, "edit": 2},  # an edit looks its target up first
+            requests_per_call={"post": 1, "edit": 1},  # one request per call, edits included
             inbound=sync_inbound(synapse, people, room, kv, proxy),
         )

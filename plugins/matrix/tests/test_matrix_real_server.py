@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 import pytest
-from bridge_matrix import CAPABILITIES, MatrixProvider, MatrixSettings
+from bridge_matrix import CAPABILITIES, MAX_TEXT_BYTES, MatrixProvider, MatrixSettings
+from bridge_matrix.inbound import SYNC_NAMESPACE
 from bridge_matrix.testing import FaultProxy, Synapse
-from bridge_matrix.testing.fixtures import People
+from bridge_matrix.testing.fixtures import MemoryKV, People
 
 from bridge_core import (
     Forbidden,
+    InboundMessage,
     MessageRef,
     MessageRejected,
     NotFound,
@@ -65,23 +68,42 @@ async def test_a_kicked_bot_reads_as_forbidden_and_probes_false(
 
 
 async def test_editing_an_unknown_or_redacted_event_is_not_found(
-    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+    synapse: Synapse, people: People, make_settings: Settings, room: str
 ) -> None:
-    with pytest.raises(NotFound):
-        await provider.edit(MessageRef(room, "$unknown-event-id"), "nothing to edit")
-    ref = await provider.post(room, "to be redacted")
-    synapse.redact(people.person, room, ref.message_id)
-    with pytest.raises(NotFound, match="redacted"):
-        await provider.edit(ref, "edit of a redacted event")
-    someone_else = MessageRef(room, synapse.send_text(people.person, room, "a person's words"))
-    with pytest.raises(NotFound, match="not sent by"):
-        await provider.edit(someone_else, "not ours to edit")
+    settings = make_settings(synapse.base_url, people.bot, inbound=True, sync_timeout=1.0)
+    kv = MemoryKV()
+    position = (SYNC_NAMESPACE, f"{people.bot.user_id}|{people.bot.device_id}")
+    async with MatrixProvider(settings, profile="t", kv=kv) as provider:
+        # Synapse itself refuses a relation to an event it does not have.
+        with pytest.raises(NotFound, match="unknown event"):
+            await provider.edit(MessageRef(room, "$unknown-event-id"), "nothing to edit")
+        ref = await provider.post(room, "to be redacted")
+        redacted = anyio.Event()
+
+        async def sink(message: InboundMessage) -> None:
+            if message.text == "after the redaction":
+                redacted.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, sink)
+            with anyio.fail_after(15):  # the first /sync takes its position before the redaction
+                while position not in kv.data:  # noqa: ASYNC110 (the store offers no event)
+                    await anyio.sleep(0.02)
+            synapse.redact(people.person, room, ref.message_id)
+            synapse.send_text(people.person, room, "after the redaction")
+            with anyio.fail_after(15):
+                await redacted.wait()
+            tasks.cancel_scope.cancel()
+        # Synapse would accept this edit (and no client would show it): the provider saw the
+        # redaction by /sync and refuses without a request.
+        with pytest.raises(NotFound, match="redacted"):
+            await provider.edit(ref, "edit of a redacted event")
     edits = [
         e
         for e in synapse.history(people.person, room)
         if e.get("content", {}).get("m.relates_to", {}).get("rel_type") == "m.replace"
     ]
-    assert edits == [], "no edit may reach the room for a missing, redacted or foreign target"
+    assert edits == [], "no edit may reach the room for a missing or redacted target"
 
 
 async def test_a_revoked_token_is_unreachable(
@@ -93,7 +115,7 @@ async def test_a_revoked_token_is_unreachable(
             await bot.post(room, "with a bad token")
 
 
-async def test_text_json_would_inflate_past_the_event_limit_is_refused_unsent(
+async def test_text_json_would_inflate_is_chunked_to_fit_and_edits_fit_too(
     synapse: Synapse, people: People, provider: MatrixProvider, room: str
 ) -> None:
     before = len(synapse.history(people.person, room))
@@ -105,6 +127,12 @@ async def test_text_json_would_inflate_past_the_event_limit_is_refused_unsent(
     for part in parts:
         await provider.post(room, part)
     assert len(synapse.history(people.person, room)) == before + len(parts)
+    # An edit to text at the maximum (as sent) fits the event as well.
+    at_maximum = "\x02" * (MAX_TEXT_BYTES // 6)
+    ref = await provider.post(room, "to be edited")
+    await provider.edit(ref, at_maximum)
+    current = synapse.messages_by(people.person, room, people.bot.user_id)
+    assert current[-1]["content"]["body"] == at_maximum
 
 
 async def test_a_resend_with_the_same_key_returns_the_first_event(
