@@ -562,14 +562,7 @@ def run_postgres_skewed(
                 counts = dict(
                     conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
                 )
-                left = {
-                    row[0]
-                    for row in conn.execute(
-                        f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', "
-                        "'failed') AND owner LIKE %s",
-                        (f"%|{skewed.pid}|%",),
-                    ).fetchall()
-                }
+                left = _open_rows_of(conn, table, skewed.pid)
                 first = 1 + max(
                     (
                         _index(r[0])
@@ -583,14 +576,7 @@ def run_postgres_skewed(
             deadline = time.monotonic() + lease + 15
             while left and time.monotonic() < deadline:
                 with psycopg.connect(url, autocommit=True) as conn:
-                    left = {
-                        row[0]
-                        for row in conn.execute(
-                            f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', "
-                            "'failed') AND owner LIKE %s",
-                            (f"%|{skewed.pid}|%",),
-                        ).fetchall()
-                    }
+                    left = _open_rows_of(conn, table, skewed.pid)
                 time.sleep(0.05)
             assert not left, f"the healthy child did not take over {sorted(left)[:5]}"
     finally:
@@ -629,16 +615,6 @@ def measure_takeover(
     ]
     times: list[float] = []
 
-    def open_of(conn: Any, pid: int) -> set[str]:
-        return {
-            row[0]
-            for row in conn.execute(
-                f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', 'failed') "
-                "AND owner LIKE %s AND (next_attempt_at IS NULL OR NOT penalty)",
-                (f"%|{pid}|%",),
-            ).fetchall()
-        }
-
     try:
         for n in range(2):
             assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
@@ -650,7 +626,7 @@ def measure_takeover(
             deaths[victim.pid] = time.time()
             time.sleep(SERVER_SETTLE)  # the lease outlasts it: nothing is taken over meanwhile
             with psycopg.connect(url, autocommit=True) as conn:
-                left = open_of(conn, victim.pid)
+                left = _open_rows_of(conn, table, victim.pid)
                 counts = dict(
                     conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
                 )
@@ -683,6 +659,18 @@ def measure_takeover(
     # every check, including: no reply passed from a process to another while the first lived
     _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
     return times, report
+
+
+def _open_rows_of(conn: Any, table: str, pid: int) -> set[str]:
+    """The open rows the process ``pid`` holds (its owner id names its pid)."""
+    return {
+        row[0]
+        for row in conn.execute(
+            f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', 'failed') "
+            "AND owner LIKE %s",
+            (f"%|{pid}|%",),
+        ).fetchall()
+    }
 
 
 def _record_final_kills(
