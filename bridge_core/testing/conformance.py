@@ -60,7 +60,6 @@ from typing import Any, Literal
 import anyio
 import pluggy
 import pytest
-import regex
 from pydantic import BaseModel
 
 from bridge_core import hookspecs
@@ -83,6 +82,7 @@ from bridge_core.provider import (
     TransportError,
     Unreachable,
 )
+from bridge_core.testing.awkward_text import AWKWARD_CHARACTERS, long_text, split_clusters
 from bridge_core.testing.config_docs import (
     HOW_TO_DESCRIBE,
     undescribed_fields,
@@ -225,41 +225,6 @@ class ConformanceHarness:
         return self.provider_type.factory(model, self.context)
 
 
-def _long_text(minimum: int, unit: Any) -> str:
-    # Grapheme clusters a reader sees as one character (a ZWJ sequence, a flag, a letter and its
-    # combining accent, a skin tone), a fenced code block, and no space in the cluster run, so
-    # cuts fall among them.
-    line = (
-        "lorem ipsum dolor sit amet, consectetur 😀 adipiscing élit & <tag> sed do\n"
-        "👩‍💻👨‍👩‍👧‍👦🇫🇷🇩🇪e\u0301e\u0301👍🏽👍🏽👩‍💻🇬🇧e\u0301🇫🇷👨‍👩‍👧‍👦👍🏽\n"
-        "```python\nprint('code')  # 😀\n```\n"
-    )
-    text = line
-    while measure(text, unit) < minimum:
-        text += line
-    return text
-
-
-# Single characters whose size differs most between units and on the wire (JSON escapes); five,
-# so the test stays within a platform's burst (Discord's 5 per 5 s).
-_AWKWARD = ("é", "😀", "\x1b", '"', "中")
-
-
-def _cut_positions(pieces: Sequence[str]) -> list[int]:
-    positions, at = [], 0
-    for piece in pieces[:-1]:
-        at += len(piece)
-        positions.append(at)
-    return positions
-
-
-def _split_clusters(pieces: Sequence[str]) -> list[str]:
-    """The clusters a cut between ``pieces`` falls inside (their joined text's view)."""
-    whole = "".join(pieces)
-    bounds = {m.end() for m in regex.finditer(r"\X", whole)}
-    return [whole[max(0, cut - 4) : cut + 4] for cut in _cut_positions(pieces) if cut not in bounds]
-
-
 def _everything_said(error: BaseException) -> str:
     return "".join(traceback.format_exception(error)) + repr(error)
 
@@ -362,7 +327,7 @@ class ProviderConformance:
     ) -> None:
         async with harness.build() as provider:
             caps = provider.capabilities
-            text = _long_text(min(2 * caps.max_length + 17, 200_000), caps.length_unit)
+            text = long_text(min(2 * caps.max_length + 17, 200_000), caps.length_unit)
             pieces = prepare(
                 text, escape=provider.escape, max_length=caps.max_length, unit=caps.length_unit
             )
@@ -373,7 +338,7 @@ class ProviderConformance:
                 await provider.post(harness.channel, piece)
             if harness.delivered is not None:
                 delivered = harness.delivered(harness.channel)[-len(pieces) - 1 :]
-                split = _split_clusters(delivered[:-1])
+                split = split_clusters(delivered[:-1])
                 assert split == [], f"a message boundary splits a grapheme cluster: {split}"
                 assert delivered == [*pieces, exact], (
                     "every chunk must arrive whole and unaltered (post must not escape again)"
@@ -388,7 +353,7 @@ class ProviderConformance:
         # bytes, or UTF-8 bytes where it counts the escaped JSON, fails here.
         async with harness.build() as provider:
             caps = provider.capabilities
-            for character in _AWKWARD:
+            for character in AWKWARD_CHARACTERS:
                 count = caps.max_length // measure(character, caps.length_unit)
                 text = character * count
                 try:
