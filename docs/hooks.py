@@ -45,7 +45,14 @@ from typing import Any
 # mkdocs puts this file's folder on sys.path while it loads the hooks; so do the tests.
 from bridge_docgen import code_tables, config, project, streaming
 
-__all__ = ["GENERATORS", "MARKER", "expand_markers", "on_page_markdown"]
+__all__ = [
+    "GENERATORS",
+    "MARKER",
+    "expand_markers",
+    "on_page_content",
+    "on_page_markdown",
+    "scalable_diagrams",
+]
 
 MARKER = re.compile(r"^<!--[ \t]*generated:[ \t]*([a-z][a-z0-9-]*)[ \t]*-->[ \t]*$", re.MULTILINE)
 
@@ -123,3 +130,24 @@ if __name__ == "__main__":  # pragma: no cover - a convenience for writers
     if len(sys.argv) != 2 or sys.argv[1] not in GENERATORS:
         sys.exit(f"usage: python docs/hooks.py {{{'|'.join(sorted(GENERATORS))}}}")
     sys.stdout.write(GENERATORS[sys.argv[1]]())
+
+
+# svgbob's diagrams (```bob blocks, markdown_svgbob) come with a fixed width and height and no
+# viewBox, so a diagram wider than the content column would be cut off at its edge. With a
+# viewBox it scales down to the column (docs/css/extra.css: svg.diagram).
+_SVGBOB = re.compile(r'<svg xmlns="http://www.w3.org/2000/svg" width="(\d+)" height="(\d+)">')
+
+
+def scalable_diagrams(html: str) -> str:
+    """Give every svgbob diagram in ``html`` a viewBox and the ``diagram`` class."""
+    return _SVGBOB.sub(
+        lambda m: (
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="diagram" width="{m[1]}" '
+            f'height="{m[2]}" viewBox="0 0 {m[1]} {m[2]}">'
+        ),
+        html,
+    )
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    return scalable_diagrams(html)

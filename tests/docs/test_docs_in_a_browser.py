@@ -33,7 +33,14 @@ if (root.scrollWidth > root.clientWidth + 1) {
     }
   }
 }
-return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, wide: wide};
+// A diagram (svgbob's SVG) wider than its column would be cut off there, not overflow the page.
+const cut = [];
+for (const svg of document.querySelectorAll("svg.diagram")) {
+  const box = svg.getBoundingClientRect(), column = svg.parentElement.getBoundingClientRect();
+  if (box.right > column.right + 1 || box.width < 10) cut.push(Math.round(box.width));
+}
+return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, wide: wide,
+        diagrams: document.querySelectorAll("svg.diagram").length, cut: cut};
 """
 
 
@@ -101,3 +108,6 @@ def test_no_page_overflows_at_1280_px(site: Path, served: str, browser: Any) -> 
         "the control did not overflow"
     )
     assert overflowing == {}, overflowing
+    # The diagrams are drawn (svgbob, at build time) and each fits its column.
+    assert sum(entry["diagrams"] for entry in measured.values()) >= 6
+    assert {page: entry["cut"] for page, entry in measured.items() if entry["cut"]} == {}
