@@ -12,6 +12,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from bridge_core.testing.plugin_site import write_plugin
+
 from .conftest import CHATBRIDGE, GatewayProcess, console_config, wait_for
 
 _BROKEN = "raise RuntimeError('boom: this plugin cannot be imported')\n"
@@ -25,17 +27,13 @@ def _free_port() -> int:
 
 
 def _broken_plugin(site: Path) -> Path:
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "bridge_firsthour_broken.py").write_text(_BROKEN, encoding="utf-8")
-    info = site / "bridge_firsthour_broken-0.1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: bridge-firsthour-broken\nVersion: 0.1.0\n", encoding="utf-8"
+    return write_plugin(
+        site,
+        distribution="bridge-firsthour-broken",
+        version="0.1.0",
+        provider="firsthour-broken",
+        source=_BROKEN,
     )
-    (info / "entry_points.txt").write_text(
-        "[bridge_core]\nfirsthour-broken = bridge_firsthour_broken\n", encoding="utf-8"
-    )
-    return site
 
 
 def _run(

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from bridge_core.cli import build_cli
 from bridge_core.plugins import LOAD_PLUGINS_VAR
+from bridge_core.testing.plugin_site import write_plugin
 
 # A provider no preset knows, declared by a distribution installed (as a dist-info folder on
 # sys.path) for the test: its own budget and capabilities must drive the simulation.
@@ -48,17 +49,9 @@ def register_providers(register):
 
 
 def install_zulipish(site: Path) -> Path:
-    site.mkdir(parents=True, exist_ok=True)
-    (site / "bridge_zulipish.py").write_text(_PLUGIN, encoding="utf-8")
-    info = site / "bridge_zulipish-0.3.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: bridge-zulipish\nVersion: 0.3.0\n", encoding="utf-8"
+    return write_plugin(
+        site, distribution="bridge-zulipish", version="0.3.0", provider="zulipish", source=_PLUGIN
     )
-    (info / "entry_points.txt").write_text(
-        "[bridge_core]\nzulipish = bridge_zulipish\n", encoding="utf-8"
-    )
-    return site
 
 
 def burst(count: int) -> str:
