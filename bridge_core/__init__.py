@@ -11,7 +11,7 @@ tests) and nothing below it, as an llm plugin imports ``llm.hookimpl`` (a test i
 from importlib.metadata import PackageNotFoundError, version
 
 from bridge_core.errors import BridgeError
-from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
+from bridge_core.hookspecs import ProviderContext, ProviderSettings, ProviderType, hookimpl
 from bridge_core.provider import (
     BUDGET_PRESETS,
     DISCORD_BUDGET,
@@ -80,6 +80,7 @@ __all__ = [
     "NotFound",
     "ProviderContext",
     "ProviderError",
+    "ProviderSettings",
     "ProviderType",
     "RateLimited",
     "SendBudget",

@@ -199,7 +199,7 @@ class ProfileConfig(StrictModel):
     preset name (``slack``, ``discord``, ``teams``, ``unlimited``) or a table. Every channel is
     paced on its own budget, shared by all gateways when they share Redis. Tighten it for a
     workspace with stricter limits; loosen it for a self-hosted platform."""
-    provider_type: ProviderType | None = Field(default=None, exclude=True)
+    provider_type: ProviderType[Any] | None = Field(default=None, exclude=True)
     """Filled in by the loader: the provider type ``provider`` names. Not a key of the file."""
     send_budget: SendBudget | None = Field(default=None, exclude=True)
     """Filled in by the loader: the budget this profile's channels are paced by (``budget``, else

@@ -4,11 +4,14 @@ Hooks *register* things and stay synchronous (simonw/llm's style): the async wor
 registered objects. A provider plugin is a distribution with an entry point in the group
 ``bridge_core`` pointing at a module with ``@hookimpl`` functions::
 
-    from bridge_core.hookspecs import hookimpl, ProviderType
+    from bridge_core import ProviderSettings, ProviderType, hookimpl
+
+    class SlackSettings(ProviderSettings):
+        bot_token: SecretStr
 
     @hookimpl
     def register_providers(register):
-        register(ProviderType(name="slack", ...))
+        register(ProviderType(name="slack", settings_model=SlackSettings, factory=..., ...))
 
 Hookimpls never declare default arguments (pluggy never passes them).
 """
@@ -17,16 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pluggy
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from bridge_core.provider import Capabilities, ChatProvider, KeyValueStore, SendBudget
 
 __all__ = [
     "PROJECT_NAME",
     "ProviderContext",
+    "ProviderSettings",
     "ProviderType",
     "hookimpl",
     "hookspec",
@@ -55,26 +59,44 @@ class ProviderContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class ProviderSettings(BaseModel):
+    """The base of a provider's settings model (a profile's ``settings`` table).
+
+    Unknown keys are errors (a misspelt key must not be silently ignored), the validated settings
+    are frozen, a rejected value is never echoed in an error (it may be a token), and each field's
+    docstring is its description in the configuration reference and in a missing key's error
+    (ADR 0062).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
+    )
+
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
+
+
 @dataclass(frozen=True, slots=True)
-class ProviderType:
+class ProviderType(Generic[SettingsT]):
     """A provider, declared without connecting to anything.
 
     ``settings_model`` validates a profile's ``settings`` table in config; ``factory`` builds one
-    provider instance (one bot profile) from validated settings. ``budget`` is the default send
-    budget (a preset from ``bridge_core.provider``); a profile may override it in config.
+    provider instance (one bot profile) from validated settings, and is type-checked against the
+    model (``ProviderType[SlackSettings]``). ``budget`` is the default send budget; a profile may
+    override it in config.
     """
 
     name: str
     capabilities: Capabilities
     budget: SendBudget
-    settings_model: type[BaseModel]
-    factory: Callable[[Any, ProviderContext], ChatProvider]
+    settings_model: type[SettingsT]
+    factory: Callable[[SettingsT, ProviderContext], ChatProvider]
     description: str = ""
     distribution: str | None = None  # filled in by the loader from the entry point
 
 
 @hookspec
-def register_providers(register: Callable[[ProviderType], None]) -> None:
+def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     """Register provider types by calling ``register(ProviderType(...))`` once for each.
 
     :param register: call it with each ``ProviderType`` this plugin offers.

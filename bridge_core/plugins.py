@@ -154,7 +154,7 @@ class LoadedPlugin:
 class RegisteredProvider:
     """A provider type with the distribution that offered it."""
 
-    type: ProviderType
+    type: ProviderType[Any]
     distribution: str
     version: str
 
@@ -196,7 +196,7 @@ class ProviderRegistry:
             )
         self._entries[entry.type.name] = entry
 
-    def __getitem__(self, name: str) -> ProviderType:
+    def __getitem__(self, name: str) -> ProviderType[Any]:
         return self.get_entry(name).type
 
     def __iter__(self) -> Iterator[str]:
@@ -208,7 +208,7 @@ class ProviderRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def get(self, name: str) -> ProviderType:
+    def get(self, name: str) -> ProviderType[Any]:
         """The provider type called ``name``; raises ``UnknownProvider`` saying how to get it."""
         return self.get_entry(name).type
 
@@ -449,10 +449,10 @@ class PluginManager:
             if not any(impl.plugin is plugin for impl in impls):
                 continue
             distribution, version, _ = self._origin.get(name, ("unknown", "unknown", False))
-            collected: list[ProviderType] = []
+            collected: list[ProviderType[Any]] = []
 
             def register(
-                provider_type: ProviderType, _into: list[ProviderType] = collected
+                provider_type: ProviderType[Any], _into: list[ProviderType[Any]] = collected
             ) -> None:
                 if not isinstance(provider_type, ProviderType):
                     raise TypeError(

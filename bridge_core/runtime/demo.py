@@ -149,7 +149,7 @@ def demo_config(data_dir: Path, transcript: Path, *, agent_process: bool = False
         "api": {"host": "127.0.0.1", "port": 0},
     }
     # only the built-in console is needed: loading every installed platform SDK costs seconds
-    found: list[ProviderType] = []
+    found: list[ProviderType[Any]] = []
     console_provider.register_providers(found.append)
     registry = ProviderRegistry([RegisteredProvider(t, "bridge-core", __version__) for t in found])
     return parse_config(data, providers=registry)

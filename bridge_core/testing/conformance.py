@@ -202,7 +202,7 @@ class ConformanceHarness:
     HTTP routes); without it those tests are skipped.
     """
 
-    provider_type: ProviderType
+    provider_type: ProviderType[Any]
     settings: Mapping[str, Any]
     channel: str
     context: ProviderContext = field(default_factory=lambda: ProviderContext(profile="conformance"))
@@ -277,7 +277,7 @@ class ProviderConformance:
         manager.add_hookspecs(hookspecs)
         manager.register(harness.plugin)
         manager.check_pending()
-        registered: list[ProviderType] = []
+        registered: list[ProviderType[Any]] = []
         manager.hook.register_providers(register=registered.append)
         names = [kind.name for kind in registered]
         assert harness.provider_type.name in names

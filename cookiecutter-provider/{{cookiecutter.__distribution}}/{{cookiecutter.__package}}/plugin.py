@@ -11,7 +11,7 @@ it httpx or your platform's SDK, when it first builds one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, hookimpl
 
@@ -46,7 +46,7 @@ def create_provider(
     )
 
 
-def provider_type() -> ProviderType:
+def provider_type() -> ProviderType[{{ cookiecutter.__class_prefix }}Settings]:
     return ProviderType(
         name="{{ cookiecutter.__provider }}",
         capabilities=CAPABILITIES,
@@ -58,5 +58,5 @@ def provider_type() -> ProviderType:
 
 
 @hookimpl
-def register_providers(register: Callable[[ProviderType], None]) -> None:
+def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())

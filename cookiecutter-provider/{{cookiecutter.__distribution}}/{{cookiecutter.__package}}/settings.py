@@ -8,8 +8,8 @@ for. ``provider`` re-exports these names.
 
 from __future__ import annotations
 
-from bridge_core import Capabilities, LengthUnit, SendBudget, StreamingMode
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from bridge_core import Capabilities, LengthUnit, ProviderSettings, SendBudget, StreamingMode
+from pydantic import Field, SecretStr
 
 __all__ = [
     "BUDGET",
@@ -43,13 +43,12 @@ CAPABILITIES = Capabilities(
 BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
 
 
-class {{ cookiecutter.__class_prefix }}Settings(BaseModel):
+class {{ cookiecutter.__class_prefix }}Settings(ProviderSettings):
     """A {{ cookiecutter.provider_name }} profile's ``settings`` table in bridge.toml."""
 
-    # Each field's docstring is its description (use_attribute_docstrings): bridge-core's
+    # Each field's docstring is its description (ProviderSettings reads it): bridge-core's
     # configuration reference shows it, and a missing key's error quotes its first sentence, so
     # say what the setting does, its unit, and when to change it.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     token: SecretStr
     """The bot token, sent as ``Authorization: Bearer …`` on every API call."""

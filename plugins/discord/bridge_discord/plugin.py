@@ -8,7 +8,7 @@ discord.py loads when the factory first builds a provider, so ``chatbridge provi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge_core import DISCORD_BUDGET, ProviderContext, ProviderType, hookimpl
 from bridge_discord.settings import CAPABILITIES, DiscordSettings
@@ -26,7 +26,7 @@ def create_provider(settings: DiscordSettings, context: ProviderContext) -> Disc
     return DiscordProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
 
 
-def provider_type() -> ProviderType:
+def provider_type() -> ProviderType[DiscordSettings]:
     return ProviderType(
         name="discord",
         capabilities=CAPABILITIES,
@@ -38,5 +38,5 @@ def provider_type() -> ProviderType:
 
 
 @hookimpl
-def register_providers(register: Callable[[ProviderType], None]) -> None:
+def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())

@@ -8,9 +8,9 @@ names.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import Field, SecretStr
 
-from bridge_core import Capabilities, LengthUnit, StreamingMode
+from bridge_core import Capabilities, LengthUnit, ProviderSettings, StreamingMode
 
 __all__ = ["CAPABILITIES", "DEFAULT_API_BASE", "MAX_LENGTH", "DiscordSettings"]
 
@@ -30,14 +30,11 @@ CAPABILITIES = Capabilities(
 )
 
 
-class DiscordSettings(BaseModel):
+class DiscordSettings(ProviderSettings):
     """A Discord bot profile's ``settings`` table."""
 
-    # use_attribute_docstrings: each field's docstring is its description in the configuration
-    # reference and in a missing key's error.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
-    )
+    # Each field's docstring is its description (ProviderSettings reads it): the configuration
+    # reference shows it, and a missing key's error quotes its first sentence.
 
     token: SecretStr
     """The bot token from the Discord developer portal, for REST sends and, with ``inbound``, the

@@ -8,7 +8,7 @@ and ``chatbridge check`` never pay for them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, hookimpl
 from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MatrixSettings
@@ -29,7 +29,7 @@ def create_provider(settings: MatrixSettings, context: ProviderContext) -> Matri
     )
 
 
-def provider_type() -> ProviderType:
+def provider_type() -> ProviderType[MatrixSettings]:
     return ProviderType(
         name="matrix",
         capabilities=CAPABILITIES,
@@ -41,5 +41,5 @@ def provider_type() -> ProviderType:
 
 
 @hookimpl
-def register_providers(register: Callable[[ProviderType], None]) -> None:
+def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())

@@ -8,9 +8,9 @@ re-exports these names.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
-from bridge_core import Capabilities, LengthUnit, SendBudget, StreamingMode
+from bridge_core import Capabilities, LengthUnit, ProviderSettings, SendBudget, StreamingMode
 
 __all__ = [
     "CAPABILITIES",
@@ -45,14 +45,11 @@ CAPABILITIES = Capabilities(
 MATRIX_BUDGET = SendBudget(burst=9, per_second=0.2)
 
 
-class MatrixSettings(BaseModel):
+class MatrixSettings(ProviderSettings):
     """A Matrix bot profile's ``settings`` table."""
 
-    # use_attribute_docstrings: each field's docstring is its description in the configuration
-    # reference and in a missing key's error.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
-    )
+    # Each field's docstring is its description (ProviderSettings reads it): the configuration
+    # reference shows it, and a missing key's error quotes its first sentence.
 
     homeserver_url: str
     """The bot account's homeserver, as clients reach it (``https://matrix.example.org``): the

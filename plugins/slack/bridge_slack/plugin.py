@@ -8,7 +8,7 @@ and ``chatbridge check`` never pay for them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge_core import SLACK_BUDGET, ProviderContext, ProviderType, hookimpl
 from bridge_slack.settings import SLACK_CAPABILITIES, SlackSettings
@@ -26,7 +26,7 @@ def create_provider(settings: SlackSettings, context: ProviderContext) -> SlackP
     return SlackProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
 
 
-def provider_type() -> ProviderType:
+def provider_type() -> ProviderType[SlackSettings]:
     return ProviderType(
         name="slack",
         capabilities=SLACK_CAPABILITIES,
@@ -38,5 +38,5 @@ def provider_type() -> ProviderType:
 
 
 @hookimpl
-def register_providers(register: Callable[[ProviderType], None]) -> None:
+def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bridge_core import Capabilities, LengthUnit, StreamingMode
+from bridge_core import Capabilities, LengthUnit, ProviderSettings, StreamingMode
 
 __all__ = ["DEFAULT_API_BASE_URL", "SLACK_CAPABILITIES", "SLACK_CHUNK", "SlackSettings"]
 
@@ -35,7 +35,7 @@ SLACK_CAPABILITIES = Capabilities(
 )
 
 
-class SlackSettings(BaseModel):
+class SlackSettings(ProviderSettings):
     """A Slack profile's ``settings`` table.
 
     ``bot_token`` (``xoxb-…``) is required. Inbound takes either the Events API over HTTP
@@ -44,12 +44,8 @@ class SlackSettings(BaseModel):
     (GovSlack's ``https://slack-gov.com/api/``, a proxy, a test's fake).
     """
 
-    # hide_input_in_errors: a validation error must not print a token pasted into a wrong key.
-    # use_attribute_docstrings: each field's docstring is its description in the configuration
-    # reference and in a missing key's error.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
-    )
+    # Each field's docstring is its description (ProviderSettings reads it): the configuration
+    # reference shows it, and a missing key's error quotes its first sentence.
 
     bot_token: SecretStr
     """The Bot User OAuth Token (``xoxb-…``) that posts, edits and probes. It needs the

@@ -8,7 +8,7 @@ providers`` and ``chatbridge check`` never pay for them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge_core import TEAMS_BUDGET, ProviderContext, ProviderType, hookimpl
 from bridge_teams.settings import CAPABILITIES, TeamsSettings
@@ -28,7 +28,7 @@ def create_provider(settings: TeamsSettings, context: ProviderContext) -> TeamsP
     )
 
 
-def provider_type() -> ProviderType:
+def provider_type() -> ProviderType[TeamsSettings]:
     return ProviderType(
         name="teams",
         capabilities=CAPABILITIES,
@@ -40,5 +40,5 @@ def provider_type() -> ProviderType:
 
 
 @hookimpl
-def register_providers(register: Callable[[ProviderType], None]) -> None:
+def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())

@@ -9,9 +9,9 @@ defaults they use.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import Field, SecretStr
 
-from bridge_core import Capabilities, LengthUnit, StreamingMode
+from bridge_core import Capabilities, LengthUnit, ProviderSettings, StreamingMode
 
 __all__ = [
     "BOT_FRAMEWORK_OPENID_URL",
@@ -41,14 +41,11 @@ CAPABILITIES = Capabilities(
 )
 
 
-class TeamsSettings(BaseModel):
+class TeamsSettings(ProviderSettings):
     """A Teams bot profile's ``settings`` table."""
 
-    # use_attribute_docstrings: each field's docstring is its description in the configuration
-    # reference and in a missing key's error.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, hide_input_in_errors=True, use_attribute_docstrings=True
-    )
+    # Each field's docstring is its description (ProviderSettings reads it): the configuration
+    # reference shows it, and a missing key's error quotes its first sentence.
 
     app_id: str
     """The bot's Microsoft app id (the GUID of its Azure Bot registration); inbound tokens must be
