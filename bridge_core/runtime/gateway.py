@@ -137,6 +137,7 @@ class Gateway:
         self._placement: NotifierPlacement | None = None
         self._store: LedgerStore | None = None
         self._accepting = False
+        self._started = False
         self._stop = anyio.Event()
         self._task_group: TaskGroup | None = None
         self.agent_sockets: AgentSockets | None = None
@@ -168,7 +169,14 @@ class Gateway:
         return await self._outer.__aexit__(*exc_info)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until ``stop()``; returns after the graceful shutdown."""
+        """Serve until ``stop()``; returns after the graceful shutdown. A gateway runs once: its
+        channels, stores and sockets are built for that run (make a new ``Gateway`` to serve
+        again), so a second call raises ``RuntimeError``."""
+        if self._started:
+            raise RuntimeError(
+                "this Gateway has already run; build a new Gateway(config) to serve again"
+            )
+        self._started = True
         async with AsyncExitStack() as stack:
             await self._build(stack)
             if self.options.http:
@@ -367,7 +375,7 @@ class Gateway:
             for channel in self.channels.values():
                 if channel.profile == profile:
                     channel.provider = provider
-                    channel.sender.provider = provider
+                    channel.sender.rebind(provider)
             self._connected.add(profile)
             log.info("profile %s reconnected; resending %s's failed replies", profile, platform)
             if self._ledger is not None:

@@ -246,6 +246,12 @@ class ChannelSender:
             raise ValueError("send(): the operation's text rendered None, so nothing was sent")
         return result
 
+    def rebind(self, provider: ChatProvider) -> None:
+        """Send through ``provider`` from the next send on: the reconnect watcher built a new
+        instance of the channel's provider. Queued work, pacing and health carry over; a send
+        in flight finishes on the old instance."""
+        self.provider = provider
+
     def cancel(self, key: Hashable) -> bool:
         """Withdraw queued work of ``key`` (its on_outcome gets ``None``); False if none queued."""
         work = self._queue.withdraw(key)

@@ -379,3 +379,12 @@ async def test_a_long_running_gateway_delivers_a_spent_reply_without_a_restart(
         await rows_reach(gateway, "delivered", 2)
     assert DownForOne.posted[0] == "fine"
     assert is_marked(DownForOne.posted[1]) and DownForOne.posted[1].endswith("stuck")
+
+
+@pytest.mark.anyio
+async def test_a_gateway_runs_once(tmp_path: Path) -> None:
+    gateway = Gateway(make_config(tmp_path), options=GatewayOptions(http=False))
+    async with gateway:
+        pass
+    with pytest.raises(RuntimeError, match="already run; build a new Gateway"):
+        await gateway.run()
