@@ -26,10 +26,10 @@ from bridge_core.notify.live import Slot
 from bridge_core.notify.protocol import SenderLike
 from bridge_core.provider import (
     MessageRef,
-    MessageRejected,
-    NotFound,
+    NotifierAction,
     ProviderError,
     TransportError,
+    reading_for,
 )
 
 __all__ = ["Outbox"]
@@ -101,18 +101,25 @@ class Outbox:
         if isinstance(result, MessageRef):
             slot.ref = result
             slot.delivered = slot.rendered
-        elif isinstance(result, NotFound):
+            return True
+        if result is None:  # nothing was sent (superseded, or nothing to say)
+            return True
+        # The error table is the one reading: the sender already paused, backed off or held the
+        # work for the other actions, so keyed work only comes back with these three.
+        action = reading_for(result).notifier
+        if action is NotifierAction.DROP_REF_REPOST:
             self.dropped_refs += 1
             slot.ref = None
             slot.lost = True
-        elif isinstance(result, MessageRejected):
+            return True
+        if action is NotifierAction.DROP_RENDERING:
             self._refused(slot, what, result)
-        elif isinstance(result, ProviderError):
-            self._gave_up(result)
-            return False
-        return True
+            return True
+        # GIVE_UP_CHANNEL, or the sender stopping (SenderClosed, a TransportError): finished.
+        self._gave_up(result)
+        return False
 
-    def _refused(self, slot: Slot, what: str, error: MessageRejected) -> None:
+    def _refused(self, slot: Slot, what: str, error: ProviderError) -> None:
         # Logged when a run of refusals starts; a rendering refused on every update (one attempt
         # per update, paced by the sender) repeats only at debug level until a delivery.
         self.rejected += 1
