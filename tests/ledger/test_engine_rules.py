@@ -382,7 +382,9 @@ async def test_a_dead_owners_rows_are_recovered_by_the_periodic_sweep() -> None:
 
 async def test_delivered_rows_are_pruned_after_seven_days() -> None:
     platform, backend = Platform(), MemoryBackend()
-    schedule = Schedule(prune_interval=3600, sweep_interval=3600)
+    # A week of virtual time: the death watch (0.5 s by default) would step through it a
+    # million times; this test is about pruning.
+    schedule = Schedule(prune_interval=3600, sweep_interval=3600, death_watch=3600)
     process = await started(backend, platform, "p1", schedule=schedule)
     row = await process.ledger.submit(reply())
     async with anyio.create_task_group() as group:
