@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bridge_matrix.testing import MatrixUser, Synapse
+from bridge_matrix.testing import FaultProxy, MatrixUser, Synapse
 from bridge_matrix.testing.fixtures import People
 from bridge_matrix.testing.gateway import (
     CHATBRIDGE,
@@ -96,54 +96,58 @@ def test_chatbridge_run_answers_what_arrives_by_sync_and_resumes_after_a_restart
 def test_sigkill_mid_delivery_loses_and_duplicates_nothing(
     tmp_path: Path, synapse: Synapse, people: People, gateways: list[GatewayProcess]
 ) -> None:
-    """A stream of messages is answered while the gateway is SIGKILLed again and again,
-    mostly with replies claimed and waiting for the homeserver's rate limit or in flight."""
+    """A stream of messages is answered while the gateway is SIGKILLed again and again, each
+    time with one reply claimed and in flight and the rest of its run's replies queued behind it.
+
+    The gateway reaches the homeserver through ``FaultProxy``, which holds one send of each run
+    open: in turn after Synapse has stored the event (the gateway never hears so) and before it
+    has seen the request. The kill comes while that send is held, so it hits a delivery every
+    time instead of when a guessed moment happens to fall inside one."""
     rng = random.Random(16)
     bot, room = fresh_bot(synapse, people, per_second=4)
-    config = matrix_config(
-        tmp_path / "bridge.toml",
-        homeserver_url=synapse.base_url,
-        bot=bot,
-        room=room,
-        ledger=str(tmp_path / "bridge.sqlite3"),
-        budget="{ burst = 3, per_second = 4.0 }",
-    )
-    gateway = GatewayProcess(config, tmp_path, token=bot.access_token)
-    gateways.append(gateway)
     total, kills, sent = 20, 4, 0
-    for _ in range(kills):
-        gateway.start().wait_until_receiving()
-        for _ in range(5):
-            synapse.send_text(people.person, room, f"msg-{sent} please answer")
-            sent += 1
-        # Kill once some of this run's answers went out and others are still queued.
-        done = sum(answers(synapse, people, room, bot).values())
-        target = min(done + rng.randint(1, 3), sent - 1)
-        wait_for(
-            lambda t=target: sum(answers(synapse, people, room, bot).values()) >= t,  # type: ignore[misc]
-            timeout=20,
-            what=f"{target} answers",
+    with FaultProxy(synapse.base_url) as proxy:
+        config = matrix_config(
+            tmp_path / "bridge.toml",
+            homeserver_url=proxy.url,
+            bot=bot,
+            room=room,
+            ledger=str(tmp_path / "bridge.sqlite3"),
+            budget="{ burst = 3, per_second = 4.0 }",
         )
-        gateway.kill()
-    assert sent == total
-    gateway.start()
-    wait_for(
-        lambda: len(answers(synapse, people, room, bot)) == total,
-        timeout=40,
-        what="every message answered",
-    )
-    gateway.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-    gateway.process.wait(20)  # type: ignore[union-attr]
+        gateway = GatewayProcess(config, tmp_path, token=bot.access_token)
+        gateways.append(gateway)
+        for run in range(kills):
+            gateway.start().wait_until_receiving()
+            held = proxy.hold(
+                "PUT", "/send/m.room.message/", skip=rng.randint(0, 2), forward=run % 2 == 0
+            )
+            for _ in range(5):
+                synapse.send_text(people.person, room, f"msg-{sent} please answer")
+                sent += 1
+            assert held.wait(20), f"no send of run {run} reached the proxy ({gateway.log_path})"
+            gateway.kill()
+            proxy.release_holds()
+        assert sent == total
+        gateway.start()
+        wait_for(
+            lambda: len(answers(synapse, people, room, bot)) == total,
+            timeout=40,
+            what="every message answered",
+        )
+        gateway.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        gateway.process.wait(20)  # type: ignore[union-attr]
     counts = answers(synapse, people, room, bot)
     lost = [f"msg-{n}" for n in range(total) if counts[f"msg-{n}"] == 0]
     duplicated = {name: n for name, n in counts.items() if n > 1}
     assert lost == [] and duplicated == {}, f"lost {lost}, duplicated {duplicated}"
-    # The kills hit deliveries: rows claimed by a killed process were sent again. Each resend
-    # carries the recovery marker; where the room shows the reply unmarked, the first send had
-    # reached the homeserver and the resend got its event back by transaction id.
-    resent = [row for row in ledger_rows(config) if row["attempts"] > 1]
-    assert resent, "no kill hit a delivery: the test proved nothing about resends"
-    assert all(row["state"] == "delivered" for row in ledger_rows(config))
+    # Every kill left its held row claimed by a dead process, so each was sent again; where the
+    # held send had reached Synapse, the resend got the same event back by transaction id (the
+    # room shows no duplicate above).
+    rows = ledger_rows(config)
+    extra_attempts = sum(int(row["attempts"]) - 1 for row in rows)  # type: ignore[call-overload]
+    assert extra_attempts >= kills, f"{kills} kills mid-send, {extra_attempts} resends: {rows}"
+    assert all(row["state"] == "delivered" for row in rows)
 
 
 def ledger_rows(config: Path) -> list[dict[str, object]]:

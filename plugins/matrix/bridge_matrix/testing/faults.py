@@ -7,6 +7,10 @@ request; so ``FaultProxy`` forwards every request to the server untouched unless
 scripted for it, and then answers with the body Synapse itself sends for that fault (or drops
 the connection, or stalls). Requests are counted here, at the platform side.
 
+``hold`` keeps one request in flight for as long as a test needs (before or after the server has
+seen it), so a test can SIGKILL a client at a moment it knows a send is under way instead of
+guessing one.
+
 Exception hierarchy: none of its own.
 """
 
@@ -61,12 +65,23 @@ class ScriptedReply:
 Matcher = Callable[[str, str], bool]
 
 
+@dataclass(eq=False)
+class _Hold:
+    method: str
+    path_part: str
+    skip: int
+    forward: bool
+    held: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
 class FaultProxy:
     """``with FaultProxy(upstream) as proxy``: ``proxy.url`` forwards to ``upstream``."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self._scripted: list[tuple[Matcher, ScriptedReply]] = []
+        self._holds: list[_Hold] = []
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
         self._client = httpx.Client(timeout=120.0)
@@ -103,6 +118,33 @@ class FaultProxy:
         with self._lock:
             self._scripted.append((matches, reply))
 
+    def hold(self, method: str, path_part: str, *, skip: int, forward: bool) -> threading.Event:
+        """Let ``skip`` matching requests through, then hold the next one open until
+        ``release_holds``: forwarded first (the server has acted on it, the client has no answer)
+        when ``forward``, else never forwarded. The returned event is set once it is held."""
+        hold = _Hold(method, path_part, skip, forward)
+        with self._lock:
+            self._holds.append(hold)
+        return hold.held
+
+    def release_holds(self) -> None:
+        """Let every held request end (its client, usually killed by now, gets no answer)."""
+        with self._lock:
+            holds, self._holds = self._holds, []
+        for hold in holds:
+            hold.release.set()
+
+    def _take_hold(self, method: str, path: str) -> _Hold | None:
+        with self._lock:
+            for hold in self._holds:
+                if hold.method == method and hold.path_part in path and not hold.held.is_set():
+                    if hold.skip:
+                        hold.skip -= 1
+                        return None
+                    hold.held.set()
+                    return hold
+        return None
+
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
@@ -127,6 +169,14 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         reply = self._take(handler.command, handler.path)
+        hold = None if reply is not None else self._take_hold(handler.command, handler.path)
+        if hold is not None:
+            if hold.forward:
+                self._forward(handler, body)
+            hold.release.wait()
+            handler.close_connection = True
+            handler.connection.close()
+            return
         if reply is not None:
             if reply.stall:
                 time.sleep(reply.stall)
@@ -142,13 +192,8 @@ class FaultProxy:
             handler.end_headers()
             handler.wfile.write(payload)
             return
-        headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP}
-        headers.pop("Host", None)
-        try:
-            answer = self._client.request(
-                handler.command, self.upstream + handler.path, content=body, headers=headers
-            )
-        except httpx.HTTPError:
+        answer = self._forward(handler, body)
+        if answer is None:
             handler.close_connection = True
             handler.connection.close()
             return
@@ -160,11 +205,22 @@ class FaultProxy:
         handler.end_headers()
         handler.wfile.write(answer.content)
 
+    def _forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> httpx.Response | None:
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers.pop("Host", None)
+        try:
+            return self._client.request(
+                handler.command, self.upstream + handler.path, content=body, headers=headers
+            )
+        except httpx.HTTPError:
+            return None
+
     def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self.release_holds()
         self._server.shutdown()
         self._server.server_close()
         self._client.close()
