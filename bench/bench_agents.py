@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from _figures import Figure, print_table
 from aiohttp import web
 
 from bridge_core.config import parse_config
@@ -227,6 +228,19 @@ async def main() -> None:
     parser.add_argument("--latency-turns", type=int, default=200)
     parser.add_argument("--rate", type=float, default=50.0)
     args = parser.parse_args()
+    print_table(await measure(args.turns, args.latency_turns, args.rate))
+
+
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: 200 turns, 50 paced."""
+    turns, paced = (200, 50) if quick else (1000, 200)
+    return asyncio.run(measure(turns, paced, 50.0))
+
+
+async def measure(turns: int, latency_turns: int, pace: float) -> list[Figure]:
+    args = argparse.Namespace(turns=turns, latency_turns=latency_turns, rate=pace)
+    found: list[Figure] = []
+    measured: dict[str, tuple[float, float]] = {}
     print(f"load average before: {os.getloadavg()}")
     for name, run in (("connected agent", connected), ("in-process agent (floor)", in_process),
                       ("bare aiohttp socket (floor)", bare_socket)):  # fmt: skip
@@ -238,7 +252,38 @@ async def main() -> None:
             f"{name:30s} {rate:8.0f} turns/s ({args.turns} at once)   "
             f"admission->agent at {args.rate:g}/s: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
         )
+        measured[name] = (rate, p99)
     print(f"load average after: {os.getloadavg()}")
+    (ours, ours_p99), (floor, floor_p99) = (
+        measured["connected agent"],
+        measured["bare aiohttp socket (floor)"],
+    )
+    in_process_rate, _ = measured["in-process agent (floor)"]
+    found += [
+        Figure(
+            name="agents.connected_turns",
+            value=ours,
+            unit="turns/s",
+            floor=floor,
+            label="turns to a connected agent (floor: bare aiohttp WebSocket)",
+        ),
+        Figure(
+            name="agents.in_process_turns",
+            value=in_process_rate,
+            unit="turns/s",
+            floor=floor,
+            label="turns to an in-process agent (floor: bare aiohttp WebSocket)",
+        ),
+        Figure(
+            name="agents.connected_p99",
+            value=ours_p99,
+            unit="ms",
+            floor=floor_p99,
+            higher_is_better=False,
+            label=f"admission -> connected agent p99 at {pace:g}/s (floor: bare socket)",
+        ),
+    ]
+    return found
 
 
 if __name__ == "__main__":

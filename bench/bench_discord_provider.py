@@ -21,6 +21,7 @@ import time
 
 import aiohttp
 import anyio
+from _figures import Figure, print_table
 from bridge_discord import DiscordProvider, DiscordSettings
 
 from bridge_core.testing.fake_discord import FakeDiscord
@@ -61,7 +62,12 @@ async def provider_rates(fake: FakeDiscord, count: int) -> tuple[float, float]:
     return posts, edits
 
 
-async def main(count: int) -> None:
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: 100 calls a figure."""
+    return anyio.run(main, 100 if quick else 500)
+
+
+async def main(count: int) -> list[Figure]:
     with FakeDiscord(channel_limit=None) as fake:
         fake.add_channel(CHANNEL)
         await floor(fake, 20)  # warm up the server
@@ -71,10 +77,20 @@ async def main(count: int) -> None:
     print(f"floor (bare aiohttp create message): {base:8.0f} /s  (1.00)")
     print(f"DiscordProvider.post:                {posts:8.0f} /s  ({posts / base:.2f} of floor)")
     print(f"DiscordProvider.edit:                {edits:8.0f} /s  ({edits / base:.2f} of floor)")
+    return [
+        Figure(
+            name=f"discord.{verb}",
+            value=rate,
+            unit="calls/s",
+            floor=base,
+            label=f"DiscordProvider.{verb} (floor: bare aiohttp create message)",
+        )
+        for verb, rate in (("post", posts), ("edit", edits))
+    ]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--posts", type=int, default=500)
     args = parser.parse_args()
-    anyio.run(main, args.posts)
+    print_table(anyio.run(main, args.posts))

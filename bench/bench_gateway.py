@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from _figures import Figure, print_table
 
 FLOOR_SERVER = """
 import sys
@@ -168,6 +169,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0)
     args = parser.parse_args()
+    print_table(measure(args))
+
+
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: 1 s and 50 messages."""
+    seconds, messages = (1.0, 50) if quick else (5.0, 200)
+    return measure(argparse.Namespace(seconds=seconds, messages=messages, rate=20.0))
+
+
+def measure(args: argparse.Namespace) -> list[Figure]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     env = {**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""}
 
@@ -209,6 +220,16 @@ def main() -> None:
     print(f"  gateway {gateway_rate:12,.0f} events/s")
     print(f"  floor   {floor_rate:12,.0f} events/s  (aiohttp answering 202, no work)")
     print(f"  ratio   {gateway_rate / floor_rate:12.2f} of the floor")
+    found = [
+        Figure(
+            name="gateway.events_http",
+            value=gateway_rate,
+            unit="events/s",
+            floor=floor_rate,
+            target=0.8,
+            label="fleet events over HTTP, batches of 100 (floor: bare aiohttp 202)",
+        )
+    ]
     print(
         f"POST /v1/messages -> console send, {len(gateway_lat)} of {args.messages} messages at "
         f"{args.rate:g}/s:"
@@ -219,7 +240,19 @@ def main() -> None:
             f"  {label}: gateway {g:7.2f} ms, floor (request -> 202) {f:6.2f} ms, "
             f"ratio {g / f:6.1f}x"
         )
+        found.append(
+            Figure(
+                name=f"gateway.message_send_{label}",
+                value=g,
+                unit="ms",
+                floor=f,
+                target=2.0 if label == "p99" else None,
+                higher_is_better=False,
+                label=f"POST /v1/messages -> send, {label}, {args.rate:g}/s (floor: -> 202)",
+            )
+        )
     print(f"  mean gateway {statistics.fmean(gateway_lat) * ms:.2f} ms")
+    return found
 
 
 if __name__ == "__main__":

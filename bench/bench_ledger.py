@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _figures import Figure, print_table
 
 from bridge_core.ledger import Delivery, DeliveryLedger, Reply, open_store
 from bridge_core.ledger.rows import new_row
@@ -168,7 +169,7 @@ async def sweep_rate(store: Any) -> tuple[float, int]:
     return time.perf_counter() - started, report.delivered
 
 
-async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: int) -> None:
+async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: int) -> list[Figure]:
     store = await open_store(folder / "bench.db")
     assert isinstance(store, SQLiteLedgerStore)
     await submit_rate(store, replies=min(2000, replies), in_flight=in_flight, tag="warm")
@@ -208,6 +209,32 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
         f"SQLite  boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
         f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
     )
+    return [
+        Figure(
+            name="ledger.sqlite_submit",
+            value=rate,
+            unit="replies/s",
+            floor=merged,
+            target=0.6,
+            label="SQLite FULL, submit (floor: the ledger's multi-row statements)",
+        ),
+        Figure(
+            name="ledger.sqlite_at_turn",
+            value=at_turn,
+            unit="replies/s",
+            floor=floor,
+            target=0.8,
+            label="SQLite FULL, claimed at the turn (floor: single-row statements)",
+        ),
+        Figure(
+            name="ledger.sqlite_boot_sweep",
+            value=elapsed,
+            unit="s",
+            target=2.0 * sweep_rows / 100_000,
+            higher_is_better=False,
+            label=f"SQLite boot sweep over {sweep_rows:,} pending rows (target: 2 s per 100,000)",
+        ),
+    ]
 
 
 async def pg_floor(url: str, table: str, *, replies: int, connections: int) -> float:
@@ -251,7 +278,7 @@ async def pg_floor(url: str, table: str, *, replies: int, connections: int) -> f
     return per * connections / elapsed
 
 
-async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> None:
+async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> list[Figure]:
     import psycopg
 
     from bridge_core.ledger.postgres import PostgresLedgerStore
@@ -261,7 +288,7 @@ async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> None:
         store = await open_store(PG_URL, table_prefix=prefix)
     except Exception as error:
         print(f"PostgreSQL not measured: {error}")
-        return
+        return []
     assert isinstance(store, PostgresLedgerStore)
     try:
         await submit_rate(store, replies=min(1000, replies), in_flight=in_flight, tag="warm")
@@ -306,9 +333,50 @@ async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> None:
             f"Postgres boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
             f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
         )
+        return [
+            Figure(
+                name="ledger.postgres_submit",
+                value=rate,
+                unit="replies/s",
+                floor=floor,
+                label=f"PostgreSQL submit (floor: same statements, {size} connections)",
+            ),
+            Figure(
+                name="ledger.postgres_boot_sweep",
+                value=delivered / elapsed,
+                unit="rows/s",
+                target=10_000,
+                label=f"PostgreSQL boot sweep over {sweep_rows:,} pending rows",
+            ),
+        ]
     finally:
         await store.drop_tables()
         await store.aclose()
+
+
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: small counts, for a smoke run."""
+    if quick:
+        sizes = {"replies": 3000, "sweep_rows": 5000, "pg_replies": 1000, "pg_sweep_rows": 2000}
+    else:
+        sizes = {"replies": 30_000, "sweep_rows": 100_000, "pg_replies": 5000}
+        sizes["pg_sweep_rows"] = 20_000
+    return anyio.run(measure, *sizes.values(), 512, False)
+
+
+async def measure(
+    replies: int,
+    sweep_rows: int,
+    pg_replies: int,
+    pg_sweep_rows: int,
+    in_flight: int,
+    no_postgres: bool,
+) -> list[Figure]:
+    with tempfile.TemporaryDirectory() as folder:
+        found = await bench_sqlite(Path(folder), replies, sweep_rows, in_flight)
+    if not no_postgres:
+        found += await bench_postgres(pg_replies, pg_sweep_rows, in_flight)
+    return found
 
 
 async def main() -> None:
@@ -322,10 +390,15 @@ async def main() -> None:
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        await bench_sqlite(Path(folder), args.replies, args.sweep_rows, args.in_flight)
-    if not args.no_postgres:
-        await bench_postgres(args.pg_replies, args.pg_sweep_rows, args.in_flight)
+    found = await measure(
+        args.replies,
+        args.sweep_rows,
+        args.pg_replies,
+        args.pg_sweep_rows,
+        args.in_flight,
+        args.no_postgres,
+    )
+    print_table(found)
 
 
 if __name__ == "__main__":

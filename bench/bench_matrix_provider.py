@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import httpx
+from _figures import Figure, print_table
 from bridge_matrix import MatrixProvider, MatrixSettings
 from bridge_matrix.client import quote
 from bridge_matrix.testing import Synapse, start_synapse
@@ -97,7 +98,12 @@ async def measure(
     return {name: rounds * per_round / seconds for name, seconds in spent.items()}
 
 
-async def main(count: int) -> None:
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: 40 calls a figure."""
+    return anyio.run(main, 40 if quick else 200)
+
+
+async def main(count: int) -> list[Figure]:
     with tempfile.TemporaryDirectory() as folder:
         synapse = start_synapse(Path(folder) / "synapse")
         try:
@@ -124,10 +130,20 @@ async def main(count: int) -> None:
     print(f"MatrixProvider.post:              {posts:5.0f} /s  ({posts / post_floor:.2f} of floor)")
     print(f"floor (bare httpx PUT m.replace): {edit_floor:5.0f} /s  (1.00)")
     print(f"MatrixProvider.edit:              {edits:5.0f} /s  ({edits / edit_floor:.2f} of floor)")
+    return [
+        Figure(
+            name=f"matrix.{verb}",
+            value=rate,
+            unit="calls/s",
+            floor=base,
+            label=f"MatrixProvider.{verb} against Synapse (floor: bare httpx PUT)",
+        )
+        for verb, rate, base in (("post", posts, post_floor), ("edit", edits, edit_floor))
+    ]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    anyio.run(main, args.calls)
+    print_table(anyio.run(main, args.calls))

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import anyio
 import anyio.lowlevel
+from _figures import Figure, print_table
 
 from bridge_core.events import (
     AgentFinished,
@@ -157,8 +158,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts")
     args = parser.parse_args(argv)
-    speed_count = 200_000 if args.quick else 1_000_000
-    memory_counts = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    print_table(figures(quick=args.quick))
+
+
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: smaller counts."""
+    speed_count = 200_000 if quick else 1_000_000
+    memory_counts = [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000]
     pool = event_pool(50_000, churn=True)
 
     floor = floor_rate(pool, speed_count)
@@ -168,6 +174,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"  notifier.handle : {rate:>12,.0f} events/s  (target >= 300,000)")
     print(f"  floor (dict)    : {floor:>12,.0f} events/s")
     print(f"  ratio           : {rate / floor:>12.3f} of the floor ({floor / rate:.1f}x slower)")
+    found = [
+        Figure(
+            name="notify.handle",
+            value=rate,
+            unit="events/s",
+            floor=floor,
+            target=0.5,
+            label=f"Notifier.handle, {AGENTS:,} live agents (floor: a dict store per event)",
+        )
+    ]
 
     steady = event_pool(50_000, churn=False)
     tracemalloc.start()
@@ -189,6 +205,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     flat = max(peaks) - min(peaks) <= state / 10
     spread = (max(peaks) - min(peaks)) / 1024
     print(f"  flat            : {'yes' if flat else 'NO'} (peaks spread over {spread:.1f} KiB)")
+    found += [
+        Figure(
+            name="notify.memory_peak",
+            value=peak / 1024,
+            unit="KiB",
+            higher_is_better=False,
+            label=f"peak above the settled state, {AGENTS:,} live agents",
+            scale="events",
+            n=count,
+        )
+        for count, _, peak, _ in memory
+    ]
+    found.append(
+        Figure(
+            name="notify.memory_spread",
+            value=spread,
+            unit="KiB",
+            target=state / 10 / 1024,
+            higher_is_better=False,
+            label="memory flat over events: peaks' spread within a tenth of the agents' state",
+        )
+    )
+    return found
 
 
 if __name__ == "__main__":

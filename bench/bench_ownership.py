@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 import xxhash
+from _figures import Figure, print_table
 
 from bridge_core.conversation import Join, Leave, LeaveReason, Turn
 from bridge_core.ownership import AgentGroupMember, GroupView, member_seed
@@ -193,12 +194,21 @@ def raw_sqlite(path: str, turns: int, batch: int) -> float:
     return turns / elapsed
 
 
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: fewer turns, for a smoke run."""
+    return measure(turns=1000 if quick else 5000, redis_url="redis://127.0.0.1:6379/0")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=5000)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
+    print_table(measure(turns=args.turns, redis_url=args.redis))
 
+
+def measure(*, turns: int, redis_url: str) -> list[Figure]:
+    found: list[Figure] = []
     print("owner decision per turn (GroupView.owner; floor = bare xxh3 per member)")
     for members in (2, 16, 128):
         ours, floor = bench_owner(members)
@@ -206,6 +216,28 @@ def main() -> None:
             f"  {members:4d} members: {ours * 1e6:7.2f} us   floor {floor * 1e6:7.2f} us   "
             f"ratio {ours / floor:4.2f}"
         )
+        found.append(
+            Figure(
+                name="ownership.owner_decision",
+                value=ours * 1e6,
+                unit="us",
+                floor=floor * 1e6,
+                higher_is_better=False,
+                label="owner decision per turn (floor: bare xxh3 per member)",
+                scale="members",
+                n=members,
+            )
+        )
+    found.append(
+        Figure(
+            name="ownership.owner_decision_16",
+            value=found[1].value,
+            unit="us",
+            target=5.0,
+            higher_is_better=False,
+            label="owner decision per turn, 16 members (target < 5 us)",
+        )
+    )
     times = []
     for _ in range(3):
         elapsed, delivered = bench_takeover()
@@ -215,6 +247,15 @@ def main() -> None:
         f"(median {statistics.median(times) * 1e3:.1f} ms; {delivered} turns delivered by one "
         f"of 3 remaining members)"
     )
+    found.append(
+        Figure(
+            name="ownership.takeover_10k",
+            value=min(times) * 1e3,
+            unit="ms",
+            higher_is_better=False,
+            label="takeover of 10,000 passed conversations (one leave folded)",
+        )
+    )
 
     async def redis_figures() -> tuple[float, float]:
         from bridge_core.ownership.redis_log import RedisConversationLog
@@ -222,15 +263,13 @@ def main() -> None:
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
 
         async def opener() -> Any:
-            return await RedisConversationLog.connect(
-                args.redis, channel="bench", key_prefix=prefix
-            )
+            return await RedisConversationLog.connect(redis_url, channel="bench", key_prefix=prefix)
 
-        ours = await through_log(opener, args.turns)
-        floor = await raw_redis(args.redis, args.turns)
+        ours = await through_log(opener, turns)
+        floor = await raw_redis(redis_url, turns)
         import redis.asyncio as aioredis
 
-        client = aioredis.Redis.from_url(args.redis)
+        client = aioredis.Redis.from_url(redis_url)
         keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
         if keys:
             await client.delete(*keys)
@@ -239,8 +278,18 @@ def main() -> None:
 
     ours, floor = asyncio.run(redis_figures())
     print(
-        f"Redis log, {args.turns} turns, {WRITERS} writers -> 3 members: {ours:8.0f} turns/s   "
+        f"Redis log, {turns} turns, {WRITERS} writers -> 3 members: {ours:8.0f} turns/s   "
         f"raw XADD/XREAD floor {floor:8.0f} /s   ratio {ours / floor:4.2f}"
+    )
+    found.append(
+        Figure(
+            name="ownership.redis_log",
+            value=ours,
+            unit="turns/s",
+            floor=floor,
+            target=0.8,
+            label=f"Redis log, {WRITERS} writers -> 3 members (floor: raw XADD/XREAD)",
+        )
     )
 
     from bridge_core.ownership import MemoryConversationLog, MemoryLogStore
@@ -250,10 +299,18 @@ def main() -> None:
     async def memory_opener() -> Any:
         return MemoryConversationLog(store, channel="C")
 
-    ceiling = asyncio.run(through_log(memory_opener, args.turns))
+    ceiling = asyncio.run(through_log(memory_opener, turns))
     print(
-        f"memory log (no I/O), {args.turns} turns -> 3 members: {ceiling:8.0f} turns/s "
+        f"memory log (no I/O), {turns} turns -> 3 members: {ceiling:8.0f} turns/s "
         "(the members' own cost: the ceiling for any backend in one process)"
+    )
+    found.append(
+        Figure(
+            name="ownership.memory_log",
+            value=ceiling,
+            unit="turns/s",
+            label="memory log (no I/O) -> 3 members: the members' own cost",
+        )
     )
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -268,16 +325,27 @@ def main() -> None:
                 handles.append(await SqliteConversationLog.open(path, channel="C"))
             return _Shared(handles[0])
 
-        ours = asyncio.run(through_log(opener, args.turns))
+        ours = asyncio.run(through_log(opener, turns))
         commits = handles[0].commits
-        batch = max(1, round(args.turns / max(1, commits)))
-        floor = raw_sqlite(str(Path(tmp) / "raw.db"), args.turns, batch)
+        batch = max(1, round(turns / max(1, commits)))
+        floor = raw_sqlite(str(Path(tmp) / "raw.db"), turns, batch)
         asyncio.run(handles[0].aclose())
     print(
-        f"SQLite log (WAL, synchronous=FULL), {args.turns} turns -> 3 members: {ours:8.0f} "
+        f"SQLite log (WAL, synchronous=FULL), {turns} turns -> 3 members: {ours:8.0f} "
         f"turns/s   bare INSERT floor (batches of {batch}) {floor:8.0f} /s   "
         f"ratio {ours / floor:4.2f}"
     )
+    found.append(
+        Figure(
+            name="ownership.sqlite_log",
+            value=ours,
+            unit="turns/s",
+            floor=floor,
+            target=0.4,
+            label=f"SQLite log (WAL, FULL) -> 3 members (floor: bare INSERTs, batches of {batch})",
+        )
+    )
+    return found
 
 
 class _Shared:

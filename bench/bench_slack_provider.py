@@ -20,6 +20,7 @@ import time
 
 import aiohttp
 import anyio
+from _figures import Figure, print_table
 from bridge_slack import SlackProvider, SlackSettings
 
 from bridge_core.testing.fake_slack import FakeSlack
@@ -53,7 +54,12 @@ async def provider_rates(fake: FakeSlack, count: int) -> tuple[float, float]:
     return posts, edits
 
 
-async def main(count: int, rounds: int) -> None:
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: 100 calls, 1 round."""
+    return anyio.run(main, 100, 1) if quick else anyio.run(main, 300, 3)
+
+
+async def main(count: int, rounds: int) -> list[Figure]:
     base = posts = edits = 0.0
     with FakeSlack() as fake:
         await floor(fake, 20)  # warm up the server and the connection pool
@@ -65,6 +71,16 @@ async def main(count: int, rounds: int) -> None:
     print(f"floor (bare aiohttp chat.postMessage): {base:8.0f} /s  (1.00)")
     print(f"SlackProvider.post:                    {posts:8.0f} /s  ({posts / base:.2f} of floor)")
     print(f"SlackProvider.edit:                    {edits:8.0f} /s  ({edits / base:.2f} of floor)")
+    return [
+        Figure(
+            name=f"slack.{verb}",
+            value=rate,
+            unit="calls/s",
+            floor=base,
+            label=f"SlackProvider.{verb} (floor: bare aiohttp chat.postMessage)",
+        )
+        for verb, rate in (("post", posts), ("edit", edits))
+    ]
 
 
 if __name__ == "__main__":
@@ -72,4 +88,4 @@ if __name__ == "__main__":
     parser.add_argument("--posts", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    anyio.run(main, args.posts, args.rounds)
+    print_table(anyio.run(main, args.posts, args.rounds))

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
+from _figures import Figure, print_table
 
 from bridge_core.provider import SLACK_BUDGET, Capabilities, ChatProvider, MessageRef
 from bridge_core.runtime.streaming import reply_splitter
@@ -96,7 +97,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="up to 10^5 deltas")
     args = parser.parse_args()
-    sizes = [10**3, 10**4, 10**5] if args.quick else [10**3, 10**4, 10**5, 10**6]
+    print_table(figures(quick=args.quick))
+
+
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: up to 10^5 deltas."""
+    sizes = [10**3, 10**4, 10**5] if quick else [10**3, 10**4, 10**5, 10**6]
+    found: list[Figure] = []
     print(
         f"{'deltas':>9} {'stream/s':>12} {'floor/s':>12} {'ratio':>6} "
         f"{'peak KiB':>10} {'floor KiB':>10} {'ratio':>6} {'sends':>6} {'messages':>8}"
@@ -113,6 +120,28 @@ def main() -> None:
             f"{count:>9} {rate:>12,.0f} {floor_rate:>12,.0f} {floor_rate / rate:>6.1f} "
             f"{ours / 1024:>10,.0f} {bare / 1024:>10,.0f} {ours / bare:>6.1f} {sends:>6} {parts:>8}"
         )
+        found += [
+            Figure(
+                name="streaming.deltas",
+                value=rate,
+                unit="deltas/s",
+                floor=floor_rate,
+                label="text deltas one streamed reply absorbs (floor: str append)",
+                scale="deltas",
+                n=count,
+            ),
+            Figure(
+                name="streaming.memory_peak",
+                value=ours / 1024,
+                unit="KiB",
+                floor=bare / 1024,
+                higher_is_better=False,
+                label="peak memory of one streamed reply (floor: the bare str's)",
+                scale="deltas",
+                n=count,
+            ),
+        ]
+    return found
 
 
 if __name__ == "__main__":

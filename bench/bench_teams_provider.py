@@ -25,6 +25,7 @@ import anyio
 import anyio.to_thread
 import jwt
 import requests
+from _figures import Figure, print_table
 from bridge_teams import StaticKeys, TeamsProvider, TeamsSettings
 
 from bridge_core import HttpRequest, InboundMessage
@@ -150,7 +151,12 @@ async def inbound_rates(fake: FakeTeams, count: int) -> tuple[float, float]:
     return floor, rate
 
 
-async def main(count: int, tokens: int) -> None:
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: fewer calls."""
+    return anyio.run(main, 50, 200) if quick else anyio.run(main, 300, 1000)
+
+
+async def main(count: int, tokens: int) -> list[Figure]:
     with FakeTeams(windows=None) as fake:
         fake.add_conversation(CHANNEL)
         await send_floor(fake, 20)  # warm up
@@ -166,6 +172,30 @@ async def main(count: int, tokens: int) -> None:
         f"messaging endpoint (validate + parse):  {inbound:8.0f} /s  "
         f"({inbound / jwt_floor:.2f} of floor)"
     )
+    return [
+        Figure(
+            name="teams.post",
+            value=posts,
+            unit="calls/s",
+            floor=base,
+            label="TeamsProvider.post (floor: bare requests send)",
+        ),
+        Figure(
+            name="teams.edit",
+            value=edits,
+            unit="calls/s",
+            floor=base,
+            label="TeamsProvider.edit (floor: bare requests send)",
+        ),
+        Figure(
+            name="teams.inbound",
+            value=inbound,
+            unit="requests/s",
+            floor=jwt_floor,
+            target=0.5,
+            label="messaging endpoint, validate + parse (floor: jwt.decode)",
+        ),
+    ]
 
 
 if __name__ == "__main__":
@@ -173,4 +203,4 @@ if __name__ == "__main__":
     parser.add_argument("--posts", type=int, default=300)
     parser.add_argument("--tokens", type=int, default=1000)
     args = parser.parse_args()
-    anyio.run(main, args.posts, args.tokens)
+    print_table(anyio.run(main, args.posts, args.tokens))

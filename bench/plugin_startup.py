@@ -25,6 +25,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from _figures import Figure, print_table
+
 from bridge_core.config import BridgeConfig, parse_config
 from bridge_core.plugins import ENTRY_POINT_GROUP, create_plugin_manager
 
@@ -60,7 +62,14 @@ def cold(command: list[str]) -> Callable[[], None]:
     return run
 
 
-def cold_start(*, repeat: int) -> None:
+_NAMES = {
+    "every installed plugin": "plugins",
+    "every plugin + the SDKs (before)": "plugins_and_sdks",
+    "chatbridge providers --json": "chatbridge_providers",
+}
+
+
+def cold_start(*, repeat: int) -> list[Figure]:
     python = sys.executable
     floor_run = cold([python, "-c", _MANAGER.format(False)])
     subjects = {
@@ -71,11 +80,23 @@ def cold_start(*, repeat: int) -> None:
     if chatbridge is not None:
         subjects["chatbridge providers --json"] = [chatbridge, "providers", "--json"]
     floors = []
+    found = []
     for label, command in subjects.items():
         floor, subject = paired(floor_run, cold(command), repeat=repeat)
         floors.append(floor)
         print(f"cold: {label + ':':35} {subject:8.0f} ms   ratio {subject / floor:5.2f}x")
+        found.append(
+            Figure(
+                name="startup.cold_" + _NAMES[label],
+                value=subject,
+                unit="ms",
+                floor=floor,
+                higher_is_better=False,
+                label=f"cold start, {label} (floor: built-in providers only)",
+            )
+        )
     print(f"cold: {'built-in providers only (floor):':35} {statistics.median(floors):8.0f} ms")
+    return found
 
 
 def config_data(channels: int) -> dict[str, Any]:
@@ -93,11 +114,17 @@ def config_data(channels: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    print_table(figures())
+
+
+def figures(*, quick: bool = False) -> list[Figure]:
+    """This module's figures (``bench/_figures.py``); ``quick``: fewer samples."""
+    repeat = 10 if quick else 40
     create_plugin_manager()  # import every plugin module once, so runs compare like with like
     scan, manager = paired(
         lambda: list(entry_points(group=ENTRY_POINT_GROUP)),
         lambda: create_plugin_manager().providers,
-        repeat=40,
+        repeat=repeat,
     )
     print(f"entry-point scan (floor):                 {scan:8.2f} ms")
     print(
@@ -110,12 +137,31 @@ def main() -> None:
     floor, full = paired(
         lambda: BridgeConfig.model_validate(raw),
         lambda: parse_config(data, providers=providers, environ={"BENCH_TOKEN": "x"}),
-        repeat=40,
+        repeat=repeat,
     )
     print(f"pydantic validate, 200 channels (floor):  {floor:8.2f} ms")
     print(f"parse_config, 200 channels:               {full:8.2f} ms   ratio {full / floor:5.2f}x")
 
-    cold_start(repeat=7)
+    found = [
+        Figure(
+            name="startup.plugin_manager",
+            value=manager,
+            unit="ms",
+            floor=scan,
+            higher_is_better=False,
+            label="create_plugin_manager + registry (floor: entry-point scan)",
+        ),
+        Figure(
+            name="startup.parse_config_200",
+            value=full,
+            unit="ms",
+            floor=floor,
+            higher_is_better=False,
+            label="parse_config, 200 channels (floor: pydantic validate alone)",
+        ),
+    ]
+    # A cold start is a fresh interpreter a sample: the quick run leaves it out (CI time).
+    return found if quick else found + cold_start(repeat=7)
 
 
 if __name__ == "__main__":
