@@ -122,7 +122,7 @@ class AgentGroupMember:
         self._queues: dict[str, deque[Turn]] = {}
         self._recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
         self._in_flight = 0
-        self._idle = anyio.Event()
+        self._idle: anyio.Event | None = None  # made only while stopping waits for it
         self._last_beat = 0.0
         self._expelled = False
         self._abandoned = False
@@ -227,6 +227,7 @@ class AgentGroupMember:
                     # stop starting turns; let in-flight ones finish, then stop heartbeating
                     with anyio.move_on_after(self.drain_timeout):
                         while self._in_flight:
+                            self._idle = anyio.Event()
                             await self._idle.wait()
                     tg.cancel_scope.cancel()
             if failure is not None:
@@ -286,9 +287,8 @@ class AgentGroupMember:
                         await self._deliver(turn)
                     finally:
                         self._in_flight -= 1
-                        if not self._in_flight:
+                        if not self._in_flight and self._idle is not None:
                             self._idle.set()
-                            self._idle = anyio.Event()
         finally:
             if self._queues.get(conversation) is queue:
                 del self._queues[conversation]

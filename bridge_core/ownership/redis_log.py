@@ -17,6 +17,10 @@ join entry's id time plus the settle delay, computed by readers from the entry (
 A record's ``seq`` is its stream id ``<ms>-<n>`` packed as ``ms << 20 | n`` (order-preserving)
 and its ``inserted_at`` is ``ms / 1000``: Redis keeps ids increasing even if its clock steps back.
 Each member reads with plain ``XREAD`` from its own cursor (every member sees every record).
+
+Admissions and frames made at the same time by different tasks of one process go to the
+server in one pipeline (``redis_batch.ScriptBatcher``, ADR 0120): one round trip for many
+scripts, each still atomic on its own.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from bridge_core.ownership.log import (
     LogStats,
     LogUnavailable,
 )
+from bridge_core.ownership.redis_batch import ScriptBatcher
 from bridge_core.provider import InboundMessage
 
 __all__ = ["RedisConversationLog", "seq_of", "stream_id_of"]
@@ -144,6 +149,7 @@ class RedisConversationLog:
         self._leave = client.register_script(_LEAVE)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._reap = client.register_script(_REAP)
+        self._batch = ScriptBatcher(client, unavailable=self._lost)
 
     @classmethod
     async def connect(
@@ -166,6 +172,9 @@ class RedisConversationLog:
         return cls(
             client, channel=channel, seen_ttl=seen_ttl, key_prefix=key_prefix, max_len=max_len
         )
+
+    def _lost(self, error: Exception) -> LogUnavailable:
+        return LogUnavailable(f"Redis conversation log {self.stream_key}: {error}")
 
     async def _call(self, coro: Any) -> Any:
         try:
@@ -199,11 +208,10 @@ class RedisConversationLog:
         fields += ["a", message.author, "x", message.text]
         if message.thread:
             fields += ["th", message.thread]
-        entry_id = await self._call(
-            self._admit(
-                keys=[self.stream_key, self.seen_prefix + message.message_id, self.stats_key],
-                args=[self.seen_ttl_ms, self.max_len, *fields],
-            )
+        entry_id = await self._batch.call(
+            self._admit,
+            [self.stream_key, self.seen_prefix + message.message_id, self.stats_key],
+            [self.seen_ttl_ms, self.max_len, *fields],
         )
         if entry_id is None:
             return None
@@ -222,8 +230,8 @@ class RedisConversationLog:
     async def record_frame(self, turn: Turn, member: str, obligation: str) -> Frame:
         fields = ["k", "f", "c", turn.conversation, "s", str(turn.seq), "mb", member]
         fields += ["o", obligation]
-        entry_id = await self._call(
-            self._frame(keys=[self.stream_key, self.stats_key], args=[self.max_len, *fields])
+        entry_id = await self._batch.call(
+            self._frame, [self.stream_key, self.stats_key], [self.max_len, *fields]
         )
         seq = seq_of(entry_id)
         at = (seq >> _SEQ_BITS) / 1000.0

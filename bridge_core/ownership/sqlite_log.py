@@ -163,12 +163,19 @@ class _Tx:
         )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Write:
     op: Callable[[_Tx], Any]
-    done: anyio.Event = field(default_factory=anyio.Event)
     result: Any = None
     error: BaseException | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Queue:
+    """The writes of one group commit; their callers all wait on its one event."""
+
+    writes: list[_Write] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
 
 
 class SqliteConversationLog:
@@ -194,7 +201,7 @@ class SqliteConversationLog:
         self._reader = reader
         self._write_lock = anyio.CapacityLimiter(1)
         self._read_lock = anyio.CapacityLimiter(1)
-        self._queue: list[_Write] = []
+        self._queue: _Queue | None = None
         self._writing = False
         self._changed = anyio.Event()
         self._admits = 0
@@ -251,31 +258,33 @@ class SqliteConversationLog:
 
     async def _submit(self, op: Callable[[_Tx], T]) -> T:
         write = _Write(op)
-        self._queue.append(write)
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = _Queue()
+        queue.writes.append(write)
         if not self._writing:
             self._writing = True
             try:
                 # the drain must finish for every queued caller, even if this one is cancelled
                 with anyio.CancelScope(shield=True):
-                    while self._queue:
+                    while self._queue is not None:
                         # let the callers woken by the last commit queue their next writes, so
                         # batches grow with the load instead of alternating big and small
                         await anyio.lowlevel.checkpoint()
-                        batch, self._queue = self._queue, []
+                        batch, self._queue = self._queue, None
                         tx = await anyio.to_thread.run_sync(
-                            self._commit, batch, limiter=self._write_lock
+                            self._commit, batch.writes, limiter=self._write_lock
                         )
                         if tx is not None and tx.pruned:
                             self._cache.reset()  # it may hold pruned records
                         if tx is not None and tx.loaded:
                             self._cache.wrote(tx.prev_seq, tx.created)
-                        for item in batch:
-                            item.done.set()
+                        batch.done.set()  # one wake-up call for the whole commit
                         self._changed.set()
                         self._changed = anyio.Event()
             finally:
                 self._writing = False
-        await write.done.wait()
+        await queue.done.wait()
         if write.error is not None:
             raise write.error
         result: T = write.result

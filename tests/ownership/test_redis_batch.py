@@ -1,0 +1,106 @@
+"""The Redis log's pipelined scripts (ownership/redis_batch.py, ADR 0120): concurrent admissions
+and frames share round trips, each still its own atomic script with its own answer; a server
+that lost its scripts, or a connection that drops, is handled per call."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from bridge_core.conversation import Turn
+from bridge_core.ownership import LogUnavailable
+from bridge_core.ownership.redis_log import RedisConversationLog
+from bridge_core.provider import InboundMessage
+from bridge_core.testing.services import require_redis
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # redis.asyncio
+
+
+@pytest.fixture
+async def log() -> AsyncIterator[RedisConversationLog]:
+    prefix = "test-batch-" + uuid.uuid4().hex[:10]
+    handle = await RedisConversationLog.connect(require_redis(), channel="C", key_prefix=prefix)
+    yield handle
+    keys = [key async for key in handle.client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await handle.client.delete(*keys)
+    await handle.aclose()
+
+
+def message(mid: str) -> InboundMessage:
+    return InboundMessage(message_id=mid, channel="C", author=f"u{mid}", text=mid, at=0.0)
+
+
+async def test_concurrent_admissions_share_pipelines_and_each_gets_its_own_answer(
+    log: RedisConversationLog,
+) -> None:
+    answers: list[tuple[str, Turn | None]] = []
+
+    async def admit(mid: str) -> None:
+        answers.append((mid, await log.admit(message(mid))))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(40):
+            tg.start_soon(admit, f"m{n % 30}")  # ten ids admitted twice at once
+    turns = [turn for _mid, turn in answers if turn is not None]
+    assert len(answers) == 40 and len(turns) == 30  # each id's second call got None
+    assert sorted(turn.message_id for turn in turns) == sorted(f"m{n}" for n in range(30))
+    assert log._batch.pipelines < 40  # batched (a lone call would make one pipeline each)
+    records = await log.read(after_seq=0, limit=100)
+    assert [record.seq for record in records] == sorted(turn.seq for turn in turns)
+    assert (await log.stats()).turns_admitted == 30
+    frames = []
+    async with anyio.create_task_group() as tg:
+        for turn in turns:
+
+            async def answer(turn: Turn = turn) -> None:
+                frames.append(await log.record_frame(turn, "m1", "o"))
+
+            tg.start_soon(answer)
+    assert len({frame.seq for frame in frames}) == 30
+    assert (await log.stats()).turns_answered == 30
+
+
+async def test_a_server_that_lost_its_scripts_runs_each_call_once(
+    log: RedisConversationLog,
+) -> None:
+    assert await log.admit(message("before")) is not None
+    await log.client.script_flush()  # as after a restart without persistence of scripts
+    async with anyio.create_task_group() as tg:
+        for n in range(5):
+            tg.start_soon(log.admit, message(f"after{n}"))
+    records = [record for record in await log.read(after_seq=0, limit=100)]
+    ids = [record.message_id for record in records if isinstance(record, Turn)]
+    assert len(ids) == len(records) == 6  # each call ran once: no lost, no doubled turn
+    assert ids[0] == "before" and sorted(ids[1:]) == [f"after{n}" for n in range(5)]
+    assert (await log.stats()).turns_admitted == 6
+
+
+async def test_a_dropped_connection_fails_every_waiting_call_as_log_unavailable() -> None:
+    prefix = "test-batch-" + uuid.uuid4().hex[:10]
+    log = await RedisConversationLog.connect(require_redis(), channel="C", key_prefix=prefix)
+    await log.client.connection_pool.disconnect()
+    log.client.connection_pool.connection_kwargs["port"] = 1  # nothing listens there
+    log.client.connection_pool.reset()
+    failures: list[BaseException] = []
+
+    async def admit(n: int) -> None:
+        try:
+            await log.admit(message(f"x{n}"))
+        except LogUnavailable as error:
+            failures.append(error)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(4):
+            tg.start_soon(admit, n)
+    assert len(failures) == 4
+    assert len({id(error) for error in failures}) == 4  # each caller raises its own error
+    await log.aclose()
