@@ -233,7 +233,7 @@ async def main() -> None:
 
 def figures(*, quick: bool = False) -> list[Figure]:
     """This module's figures (``bench/_figures.py``); ``quick``: 200 turns, 50 paced."""
-    turns, paced = (200, 50) if quick else (1000, 200)
+    turns, paced = (200, 30) if quick else (1000, 200)
     return asyncio.run(measure(turns, paced, 50.0))
 
 

@@ -174,7 +174,7 @@ def main() -> None:
 
 def figures(*, quick: bool = False) -> list[Figure]:
     """This module's figures (``bench/_figures.py``); ``quick``: 1 s and 50 messages."""
-    seconds, messages = (1.0, 50) if quick else (5.0, 200)
+    seconds, messages = (1.0, 30) if quick else (5.0, 200)
     return measure(argparse.Namespace(seconds=seconds, messages=messages, rate=20.0))
 
 

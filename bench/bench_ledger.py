@@ -357,7 +357,7 @@ async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> list[
 def figures(*, quick: bool = False) -> list[Figure]:
     """This module's figures (``bench/_figures.py``); ``quick``: small counts, for a smoke run."""
     if quick:
-        sizes = {"replies": 3000, "sweep_rows": 5000, "pg_replies": 1000, "pg_sweep_rows": 2000}
+        sizes = {"replies": 2000, "sweep_rows": 2000, "pg_replies": 500, "pg_sweep_rows": 1000}
     else:
         sizes = {"replies": 30_000, "sweep_rows": 100_000, "pg_replies": 5000}
         sizes["pg_sweep_rows"] = 20_000

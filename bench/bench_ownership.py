@@ -78,9 +78,11 @@ def bench_takeover(passed: int = 10_000) -> tuple[float, int]:
     return time.perf_counter() - start, len(delivered)
 
 
-async def through_log(opener: Any, turns: int) -> float:
-    """Turns/s from concurrent admission to delivery by three members (each folds them all)."""
-    logs = [await opener() for _ in range(4)]
+async def through_log(opener: Any, turns: int, *, members: int = 3) -> float:
+    """Turns/s from concurrent admission to delivery by ``members`` members (each folds them
+    all; ``bench_scale.py`` varies the count)."""
+    count = members
+    logs = [await opener() for _ in range(count + 1)]
     done = anyio.Event()
     delivered = 0
 
@@ -90,15 +92,15 @@ async def through_log(opener: Any, turns: int) -> float:
         if delivered == turns:
             done.set()
 
-    members = [
+    group = [
         AgentGroupMember(logs[i], member_id=f"bench{i}", on_turn=on_turn, settle=0.0, heartbeat=1.0)
-        for i in range(3)
+        for i in range(count)
     ]
-    admitter = logs[3]
+    admitter = logs[count]
     async with anyio.create_task_group() as tg:
-        for member in members:
+        for member in group:
             tg.start_soon(member.run)
-        for member in members:
+        for member in group:
             await member.ready.wait()
         await anyio.sleep(0.05)
         start = time.perf_counter()
@@ -116,12 +118,12 @@ async def through_log(opener: Any, turns: int) -> float:
                 writers.start_soon(write, offset)
         await done.wait()
         elapsed = time.perf_counter() - start
-        for member in members:
+        for member in group:
             assert member.view is not None
             while member.view.stats.turns < turns:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         elapsed = time.perf_counter() - start
-        for member in members:
+        for member in group:
             member.stop()
     for log in logs:
         await log.aclose()

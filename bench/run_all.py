@@ -93,6 +93,21 @@ def _commit(folder: Path) -> str:
         return "unknown"
 
 
+def _dirty(folder: Path) -> bool:
+    """Whether tracked files differ from the commit (figures of code nobody can check out)."""
+    try:
+        done = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return bool(done.stdout.strip())
+
+
 def machine(folder: Path = HERE) -> dict[str, Any]:
     """What the figures depend on besides the code: cores, load, Python, commit."""
     return {
@@ -101,6 +116,7 @@ def machine(folder: Path = HERE) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "commit": _commit(folder),
+        "dirty": _dirty(folder),
         "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
@@ -140,7 +156,7 @@ def _child(path: Path, *, quick: bool) -> None:
 
 
 def collect(paths: Sequence[Path], *, quick: bool, timeout: float, verbose: bool = False) -> Run:
-    run = Run(quick=quick, machine=machine(paths[0].parent if paths else HERE))
+    run = Run(quick=quick, machine=machine())
     for path in paths:
         started = time.perf_counter()
         figures, why = run_module(path, quick=quick, timeout=timeout)
