@@ -2,8 +2,9 @@
 
 - ``InboundDedup`` drops a message id seen within its window (default 600 s, bounded size, an
   injectable monotonic clock); ``adopt(previous)`` carries the live ids of a rebuilt provider's
-  old instance over at their original seen times. ``deduplicated(sink, dedup)`` wraps a sink
-  and also drops bot-authored messages.
+  old instance over at their original seen times. ``filter_into(sink, message, dedup=...)`` is
+  the one filter (a replay within the window, or a bot's message, is dropped);
+  ``deduplicated(sink, dedup)`` wraps a sink in it.
 - ``ReconnectWatcher(factory, sink, platform=..., on_reconnected=...)`` runs a provider's
   ``receive``; on ``ConnectionLost``/``TransportError`` it rebuilds the provider (30 s backoff
   doubling to a 300 s cap, forever), hands the new instance the old dedup's ids, and calls
@@ -26,6 +27,7 @@ from bridge_core.inbound.dedup import (
     DEFAULT_DEDUP_WINDOW,
     InboundDedup,
     deduplicated,
+    filter_into,
 )
 from bridge_core.inbound.watcher import (
     DEFAULT_INITIAL_BACKOFF,
@@ -43,4 +45,5 @@ __all__ = [
     "ReconnectWatcher",
     "backoff_delay",
     "deduplicated",
+    "filter_into",
 ]

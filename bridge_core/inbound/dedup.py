@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from bridge_core.provider import InboundMessage, InboundSink
 
-__all__ = ["DEFAULT_DEDUP_SIZE", "DEFAULT_DEDUP_WINDOW", "InboundDedup", "deduplicated"]
+__all__ = [
+    "DEFAULT_DEDUP_SIZE",
+    "DEFAULT_DEDUP_WINDOW",
+    "InboundDedup",
+    "deduplicated",
+    "filter_into",
+]
+
+T = TypeVar("T")
 
 DEFAULT_DEDUP_WINDOW = 600.0
 DEFAULT_DEDUP_SIZE = 100_000
@@ -98,21 +107,30 @@ class InboundDedup:
             self._seen.popitem(last=False)
 
 
-def deduplicated(sink: InboundSink, dedup: InboundDedup) -> InboundSink:
-    """A sink that drops messages seen within ``dedup``'s window and messages bots wrote.
+async def filter_into(
+    sink: Callable[[InboundMessage], Awaitable[T]], message: InboundMessage, *, dedup: InboundDedup
+) -> T | None:
+    """``sink(message)``, unless a bot wrote ``message`` or ``dedup`` saw its id within its
+    window (then ``None``): the one filter every inbound message passes, whichever way it came.
 
     If ``sink`` fails, the id is forgotten again, so the platform's retry is not dropped.
     """
+    if message.author_is_bot:
+        return None
+    if dedup.seen_before(message.message_id):
+        return None
+    try:
+        return await sink(message)
+    except BaseException:
+        dedup.forget(message.message_id)
+        raise
+
+
+def deduplicated(sink: InboundSink, dedup: InboundDedup) -> InboundSink:
+    """A sink that drops messages seen within ``dedup``'s window and messages bots wrote
+    (``filter_into`` in front of ``sink``)."""
 
     async def filtered(message: InboundMessage) -> None:
-        if message.author_is_bot:
-            return
-        if dedup.seen_before(message.message_id):
-            return
-        try:
-            await sink(message)
-        except BaseException:
-            dedup.forget(message.message_id)
-            raise
+        await filter_into(sink, message, dedup=dedup)
 
     return filtered

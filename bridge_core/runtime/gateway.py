@@ -21,7 +21,6 @@ Exception hierarchy::
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -37,7 +36,6 @@ from anyio.abc import TaskGroup, TaskStatus
 from bridge_core.config import BridgeConfig
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
-from bridge_core.inbound import ReconnectWatcher
 from bridge_core.ledger import Delivery, DeliveryLedger, DisabledLedger, LedgerStore, Reply, State
 from bridge_core.ledger.kv import MemoryKeyValueStore
 from bridge_core.notify import Notifier
@@ -61,7 +59,6 @@ from bridge_core.runtime.builders import (
     open_channel_log,
     open_ledger,
     open_scale_out,
-    platform_of,
     provider_key_values,
     serve_http_api,
 )
@@ -73,36 +70,16 @@ from bridge_core.runtime.http_api import (
     MessageRequest,
     ShuttingDown,
 )
+from bridge_core.runtime.inbound_router import InboundRouter
 from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
 from bridge_core.runtime.options import GatewayError, GatewayOptions, check_bind
 from bridge_core.runtime.placement import FleetBus, NotifierPlacement, wait_until
 from bridge_core.runtime.status import gateway_status
 from bridge_core.sending import Post, Priority
-from bridge_core.text import valid_text
 
 __all__ = ["Gateway", "GatewayError", "GatewayOptions", "check_bind"]
 
 log = logging.getLogger("bridge_core.runtime")
-
-
-def _valid_message(message: InboundMessage) -> InboundMessage:
-    """Every provider's inbound message with its text made valid (ADR 0070): a lone surrogate
-    or a NUL from a platform must not stop dedup, the conversation log or a ledger write."""
-    fields = ("message_id", "channel", "author", "text", "thread")
-    changed: dict[str, Any] = {}
-    for name in fields:
-        value = getattr(message, name)
-        if isinstance(value, str) and (made := valid_text(value)) is not value:
-            changed[name] = made
-    if not changed:
-        return message
-    log.info(
-        "inbound message %s in %s: %s held a lone surrogate or NUL; kept with U+FFFD instead",
-        valid_text(str(message.message_id)),
-        valid_text(str(message.channel)),
-        ", ".join(changed),
-    )
-    return dataclasses.replace(message, **changed)
 
 
 def _idle_check(notifier: Notifier) -> Callable[[], bool]:
@@ -140,6 +117,7 @@ class Gateway:
         self._started = False
         self._stop = anyio.Event()
         self._task_group: TaskGroup | None = None
+        self._router: InboundRouter | None = None
         self.agent_sockets: AgentSockets | None = None
         self.ready = anyio.Event()
         self.url: str | None = None
@@ -178,11 +156,11 @@ class Gateway:
             )
         self._started = True
         async with AsyncExitStack() as stack:
-            await self._build(stack)
+            router = await self._build(stack)
             if self.options.http:
                 # bound before anything starts, so a taken port fails plainly and early; until
                 # ready the API answers 503
-                await self._serve_http(stack)
+                await self._serve_http(stack, router)
             async with anyio.create_task_group() as core:
                 self._task_group = core
                 for channel in self.channels.values():
@@ -204,8 +182,7 @@ class Gateway:
                             for channel in self.channels.values():
                                 hosting.start_soon(self._host, channel)
                         async with anyio.create_task_group() as intake:
-                            for profile in list(self.providers):
-                                intake.start_soon(self._watch, profile)
+                            intake.start_soon(router.run)
                             self._accepting = True
                             self.ready.set()
                             task_status.started()
@@ -245,7 +222,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ building
 
-    async def _build(self, stack: AsyncExitStack) -> None:
+    async def _build(self, stack: AsyncExitStack) -> InboundRouter:
         config = self.config
         stores = config.stores
         self._store, self._ledger = await open_ledger(
@@ -301,6 +278,23 @@ class Gateway:
                 await open_channel_log(stack, runtime, log_target=log_target, options=self.options)
             self.channels[name] = runtime
             self._by_platform[(channel_config.profile, channel_config.channel_id)] = runtime
+        self._router = InboundRouter(
+            profiles=config.profiles,
+            providers=self.providers,
+            given=self._given_providers,
+            rebuild=self._rebuild_provider,
+            channels=self.channels,
+            by_platform=self._by_platform,
+            connected=self._connected,
+            ledger=self._ledger,
+            metrics=self.metrics,
+            reconnect_backoff=self.options.reconnect_backoff,
+        )
+        return self._router
+
+    def _rebuild_provider(self, profile: str) -> ChatProvider:
+        config = self.config.profiles[profile]
+        return make_provider(profile, config, kv=self._kv, public_url=self.public_url)
 
     async def _close_provider(self, name: str) -> None:
         await self.providers[name].aclose()
@@ -350,68 +344,13 @@ class Gateway:
 
     # ------------------------------------------------------------------ inbound
 
-    async def _watch(self, profile: str) -> None:
-        """The profile's inbound connection under a ``ReconnectWatcher``: rebuilt after a drop
-        (the new instance also takes over sending), then the platform's failed rows resent."""
-        config = self.config.profiles[profile]
-        platform = platform_of(config)
-        first = self.providers[profile]
-        built = 0
-
-        async def factory() -> ChatProvider:
-            nonlocal built
-            built += 1
-            if built == 1 or profile in self._given_providers:
-                return first
-            return make_provider(profile, config, kv=self._kv, public_url=self.public_url)
-
-        async def sink(message: InboundMessage) -> None:
-            await self._admit(profile, message)
-
-        async def reconnected(platform_name: str) -> None:
-            provider = watcher.provider
-            assert provider is not None
-            self.providers[profile] = provider
-            for channel in self.channels.values():
-                if channel.profile == profile:
-                    channel.provider = provider
-                    channel.sender.rebind(provider)
-            self._connected.add(profile)
-            log.info("profile %s reconnected; resending %s's failed replies", profile, platform)
-            if self._ledger is not None:
-                await self._ledger.redeliver_failed(platform_name)
-
-        watcher = ReconnectWatcher(
-            factory,
-            sink,
-            platform=platform,
-            on_reconnected=reconnected,
-            initial_backoff=self.options.reconnect_backoff,
-        )
-        await watcher.run()
-        if watcher.gave_up is not None:
-            self._connected.discard(profile)
-
     async def inbound(self, profile: str, message: InboundMessage) -> bool:
         """Hand the gateway a user message as profile ``profile``'s provider would (embedding,
-        the demo); True when it was admitted as a new turn."""
-        return await self._admit(profile, message)
-
-    async def _admit(self, profile: str, message: InboundMessage) -> bool:
-        message = _valid_message(message)
-        channel = self._by_platform.get((profile, message.channel))
-        if channel is None or channel.log is None:
-            log.debug("inbound message in %s/%s: no agent serves it", profile, message.channel)
+        the demo): through the same dedup and bot filter as a connection's messages; True when
+        it was admitted as a new turn."""
+        if self._router is None:  # not running: no channel is there to take it
             return False
-        if not message.profile or not message.platform:
-            message = dataclasses.replace(
-                message, profile=message.profile or profile, platform=channel.platform
-            )
-        turn = await channel.log.admit(message)
-        if turn is None:
-            return False
-        self.metrics.turns_admitted.labels(channel.name).inc()
-        return True
+        return await self._router.inbound(profile, message)
 
     # ------------------------------------------------------------------ delivery
 
@@ -534,11 +473,11 @@ class Gateway:
 
     # ------------------------------------------------------------------ HTTP
 
-    async def _serve_http(self, stack: AsyncExitStack) -> None:
+    async def _serve_http(self, stack: AsyncExitStack, router: InboundRouter) -> None:
         routes = [
             route
             for profile, provider in self.providers.items()
-            for route in provider.http_routes(self._profile_sink(profile))
+            for route in provider.http_routes(router.sink(profile))
         ]
         self.url = await serve_http_api(
             stack,
@@ -566,9 +505,3 @@ class Gateway:
         )
         self.agent_sockets = AgentSockets(self, settings)
         return self.agent_sockets
-
-    def _profile_sink(self, profile: str) -> Any:
-        async def sink(message: InboundMessage) -> None:
-            await self._admit(profile, message)
-
-        return sink
