@@ -390,7 +390,7 @@ class AgentConnection:
             if row is not None:
                 await channel.deliver(row)
         finally:
-            if held is not None and held.streamed is not None and channel.replies is not None:
+            if held is not None and held.streamed is not None:
                 if not held.finished:  # answered otherwise, or never: its partials say so
                     channel.replies.interrupt(held.streamed)
                 await channel.replies.close(held.streamed)

@@ -181,6 +181,11 @@ def channel_runtime(
     # a send or probe that succeeds gives the replies parked for this channel their last
     # attempt now, not at the next start (ADR 0029)
     sender.health.on_proven(partial(ledger.channel_proven, config.profile, config.channel_id))
+    replies = StreamedReplies(
+        sender,
+        lambda: runtime.provider,  # a reconnect replaces the provider
+        kv=kv,
+    )
     runtime = ChannelRuntime(
         name=name,
         config=config,
@@ -190,11 +195,7 @@ def channel_runtime(
         sender=sender,
         metrics=metrics,
         ledger=ledger,
-    )
-    runtime.replies = StreamedReplies(
-        sender,
-        lambda: runtime.provider,  # a reconnect replaces the provider
-        kv=kv,
+        replies=replies,
     )
     return runtime
 

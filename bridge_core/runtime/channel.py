@@ -66,12 +66,14 @@ class ChannelRuntime:
     provider: ChatProvider
     sender: ChannelSender
     metrics: GatewayMetrics
+    ledger: LedgerLike = field(repr=False)
+    replies: StreamedReplies = field(repr=False)
+    # the notifier runs here alone, or where placement puts it; the log and member exist when
+    # an agent group serves the channel
     notifier: NotifierLike | None = None
     log: ConversationLog | None = None
     member: AgentGroupMember | None = None
     agent: Agent | None = None
-    ledger: LedgerLike | None = field(default=None, repr=False)
-    replies: StreamedReplies | None = field(default=None, repr=False)
     answered: int = 0
 
     @property
@@ -120,7 +122,7 @@ class ChannelRuntime:
         await self.deliver(await self.record_busy(turn, error.notice, member=self.member))
 
     async def _stream(self, turn: Turn, deltas: AsyncIterator[str]) -> None:
-        assert self.replies is not None and self.member is not None
+        assert self.member is not None
         obligation = obligation_id(self.profile, turn.channel, turn.message_id, 0)
         try:
             result = await self.replies.consume(
@@ -157,7 +159,6 @@ class ChannelRuntime:
         """Make ``text`` the durable reply to ``turn`` by ``member``: the ledger row, then the
         frame. Once this returns the reply survives a crash; ``deliver`` sends it. ``partials``
         are a streamed reply's messages, which the final parts edit (ADR 0090)."""
-        assert self.ledger is not None
         # An agent's text is a boundary too (ADR 0070): a lone surrogate or a NUL in it must not
         # fail the ledger write (NUL on PostgreSQL only) or the channel's measuring of it.
         text = valid_text(text)
@@ -173,7 +174,7 @@ class ChannelRuntime:
             partials=partials,
         )
         row = await self.ledger.record(reply)
-        if row.partials != partials and self.replies is not None:
+        if row.partials != partials:
             # the turn was answered before (a crash between that row and its frame): that
             # row's delivery is the answer, and this stream's messages are left over
             self.replies.mark_interrupted(partials)
@@ -184,7 +185,6 @@ class ChannelRuntime:
 
     async def deliver(self, row: Obligation) -> None:
         """Send a reply ``record_reply`` made durable."""
-        assert self.ledger is not None
         # A row recorded before (a crash between row and frame, another gateway answering the
         # same turn) may be in anyone's hands: the claim's compare-and-swap on the fence lets
         # exactly one sender through, and a row already attempted is the sweeps' work.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:
-    from bridge_core.runtime.gateway import Gateway
+    from bridge_core.runtime.api_backend import GatewayApi
 
 __all__ = ["LIVE_LISTED", "gateway_status"]
 
@@ -22,7 +22,7 @@ LIVE_LISTED = 50  # live messages listed per channel (the newest)
 _WINDOWS = (("second", 1.0), ("minute", 60.0), ("hour", 3600.0))
 
 
-async def gateway_status(gateway: Gateway) -> dict[str, Any]:
+async def gateway_status(gateway: GatewayApi) -> dict[str, Any]:
     now = anyio.current_time()
     health = await gateway.health()
     channels: dict[str, Any] = {}

@@ -142,9 +142,9 @@ async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
 
         await until(lambda: len(texts()) >= 6)
         await rows_reach(gateway, "delivered", 4)  # settled just after each send
-        health = await gateway.health()
+        health = await gateway.api.health()
         assert health.unhealthy == []
-        metrics = (await gateway.metrics_text()).decode()
+        metrics = (await gateway.api.metrics_text()).decode()
     sent = texts()
     assert ("ops", "deploy done") in sent and ("ops", "keyed") in sent
     assert sent.count(("ops", "keyed")) == 1

@@ -1,0 +1,152 @@
+"""The backend behind the gateway's HTTP API and agent socket: what ``POST /v1/events``,
+``POST /v1/messages``, ``/healthz``, ``/metrics`` and ``/v1/status`` do, on the parts a gateway
+assembled for its run.
+
+Events are offered to each channel's notifier (or, with gateways sharing a Redis, published on
+the fleet bus, where the gateway hosting each notifier takes them); a message becomes a ledger
+row first and is delivered after, so a 202 means it survives a crash. New work is taken only
+while the gateway serves (``Lifecycle``): starting or stopping, the answer is a 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence, Set
+from typing import Any
+
+from bridge_core.conversation import obligation_id
+from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.ledger import Reply, State
+from bridge_core.provider import ChatProvider
+from bridge_core.runtime.assembly import Assembly
+from bridge_core.runtime.channel import ChannelRuntime, split_reply
+from bridge_core.runtime.http_api import ApiError, Health, MessageReceipt, MessageRequest
+from bridge_core.runtime.lifecycle import Lifecycle
+from bridge_core.runtime.metrics import GatewayMetrics, Snapshot
+from bridge_core.runtime.status import gateway_status
+
+__all__ = ["GatewayApi"]
+
+log = logging.getLogger("bridge_core.runtime")
+
+
+class GatewayApi:
+    """``ApiBackend`` (``runtime.http_api``) and ``AgentHost`` (``runtime.agent_connection``)
+    for one gateway's run. ``url`` is the API's address once it is bound (``None`` without
+    HTTP)."""
+
+    def __init__(
+        self,
+        parts: Assembly,
+        *,
+        gateway_id: str,
+        channels: Mapping[str, ChannelRuntime],
+        providers: Mapping[str, ChatProvider],
+        connected: Set[str],
+        metrics: GatewayMetrics,
+        lifecycle: Lifecycle,
+    ) -> None:
+        self.gateway_id = gateway_id
+        self.url: str | None = None
+        self.channels = channels
+        self._parts = parts
+        self._providers = providers
+        self._connected = connected
+        self._metrics = metrics
+        self._lifecycle = lifecycle
+
+    @property
+    def accepting(self) -> bool:
+        """Serving and taking new work (False while starting and once stopping)."""
+        return self._lifecycle.accepting
+
+    def channel_names(self) -> Sequence[str]:
+        return list(self.channels)
+
+    def agent_channel(self, name: str) -> ChannelRuntime | None:
+        return self.channels.get(name)
+
+    async def accept_events(self, events: Sequence[FleetEvent]) -> None:
+        self._lifecycle.tasks_for_new_work()
+        scale_out = self._parts.scale_out
+        if scale_out is not None:
+            await scale_out.bus.publish(list(self.channels), events)
+        kinds: Counter[str] = Counter()
+        for event in events:
+            kinds["Unknown" if isinstance(event, UnknownEvent) else event.kind] += 1
+            if scale_out is None:
+                for channel in self.channels.values():
+                    channel.offer(event)
+        for kind, count in kinds.items():  # one labelled increment per kind, not per event
+            self._metrics.events_in.labels(kind).inc(count)
+
+    async def accept_message(self, request: MessageRequest) -> MessageReceipt:
+        tasks = self._lifecycle.tasks_for_new_work()
+        channel = self.channels.get(request.channel)
+        if channel is None:
+            raise ApiError(404, f"channel {request.channel!r} is not configured", field="channel")
+        answers = f"api:{request.idempotency_key or uuid.uuid4().hex}"
+        reply = Reply(
+            obligation_id=obligation_id(channel.profile, channel.channel_id, answers),
+            profile=channel.profile,
+            platform=channel.platform,
+            channel=channel.channel_id,
+            text=request.text,
+            thread=request.thread or channel.thread,
+            chunks=split_reply(request.text, channel.provider),
+        )
+        ledger, store = self._parts.ledger, self._parts.store
+        if store is not None:
+            row, created = await store.record(reply, now=store.now())
+        else:
+            row, created = await ledger.record(reply), True
+        self._metrics.messages_accepted.labels(channel.name).inc()
+        if created:
+            tasks.start_soon(ledger.deliver_now, row)
+        return MessageReceipt(obligation=row.id, duplicate=not created)
+
+    async def health(self) -> Health:
+        channels: dict[str, dict[str, Any]] = {}
+        for name, channel in self.channels.items():
+            sender = channel.sender
+            channels[name] = {
+                "healthy": sender.healthy,
+                "reason": sender.health_reason,
+                "profile": channel.profile,
+                "paused": sender.paused_until is not None,
+                "queued": sender.queued,
+                "notifier_here": channel.notifier is not None,
+            }
+        providers = {
+            name: {
+                "healthy": name in self._connected,
+                "provider": type(provider).__name__,
+            }
+            for name, provider in self._providers.items()
+        }
+        return Health(channels=channels, providers=providers)
+
+    async def status(self) -> dict[str, Any]:
+        return await gateway_status(self)
+
+    async def ledger_counts(self) -> dict[str, int]:
+        counts = await self._parts.ledger.counts_by_state()
+        return {State(state).value: n for state, n in counts.items()}
+
+    async def metrics_text(self) -> bytes:
+        snapshot = Snapshot(ledger_rows=await self.ledger_counts())
+        for name, channel in self.channels.items():
+            stats = channel.sender.stats
+            snapshot.sends[name] = stats.posts
+            snapshot.edits[name] = stats.edits
+            snapshot.rate_limit_pauses[name] = stats.rate_limit_pauses
+            snapshot.channel_healthy[name] = channel.sender.healthy
+            if channel.log is not None:
+                try:
+                    snapshot.group_members[name] = (await channel.log.stats()).members
+                except Exception as error:
+                    log.warning("metrics: members of %s unavailable: %r", name, error)
+        self._metrics.set_snapshot(snapshot)
+        return self._metrics.render()
