@@ -120,7 +120,7 @@ async def through_log(opener: Any, turns: int, *, members: int = 3) -> float:
         elapsed = time.perf_counter() - start
         for member in group:
             assert member.view is not None
-            while member.view.stats.turns < turns:  # noqa: ASYNC110
+            while member.view.statistics().turns < turns:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         elapsed = time.perf_counter() - start
         for member in group:

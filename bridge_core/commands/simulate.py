@@ -382,7 +382,7 @@ def run_simulation(
                 while not (notifier.idle and sender.idle and replies.idle):  # noqa: ASYNC110
                     await anyio.sleep(1.0)
             result.virtual_seconds = anyio.current_time()
-            result.rate_limit_pauses = sender.stats.rate_limit_pauses
+            result.rate_limit_pauses = sender.statistics().rate_limit_pauses
             result.healthy = sender.healthy
             group.cancel_scope.cancel()
         await provider.aclose()

@@ -74,8 +74,9 @@ class InboundDedup:
                 break
             del seen[oldest]
 
-    def seen_before(self, message_id: str) -> bool:
-        """Whether ``message_id`` was seen within the window; records it if not."""
+    def mark_seen(self, message_id: str) -> bool:
+        """Record ``message_id`` as seen now, unless it was seen within the window already;
+        True in that case (a replay, counted in ``dropped``), False for a new id."""
         now = self.clock()
         self._expire(now)
         if message_id in self._seen:
@@ -117,7 +118,7 @@ async def filter_into(
     """
     if message.author_is_bot:
         return None
-    if dedup.seen_before(message.message_id):
+    if dedup.mark_seen(message.message_id):
         return None
     try:
         return await sink(message)

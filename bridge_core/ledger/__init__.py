@@ -52,7 +52,7 @@ Exception hierarchy::
 from __future__ import annotations
 
 from bridge_core.ledger.disabled import DisabledLedger
-from bridge_core.ledger.engine import DeliveryLedger, SweepReport
+from bridge_core.ledger.engine import DeliveryLedger, SweepOutcome, SweepReport
 from bridge_core.ledger.kv import key_value_store
 from bridge_core.ledger.memory import MemoryBackend, MemoryLedgerStore
 from bridge_core.ledger.model import (
@@ -74,6 +74,7 @@ from bridge_core.ledger.schedule import (
     is_marked,
     marker_headroom,
 )
+from bridge_core.ledger.statistics import LedgerStatistics
 from bridge_core.ledger.store import LedgerStore, Scope
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "DeliveryLedger",
     "DisabledLedger",
     "LedgerError",
+    "LedgerStatistics",
     "LedgerStore",
     "MemoryBackend",
     "MemoryLedgerStore",
@@ -96,6 +98,7 @@ __all__ = [
     "Schedule",
     "Scope",
     "State",
+    "SweepOutcome",
     "SweepReport",
     "is_marked",
     "key_value_store",

@@ -14,6 +14,7 @@ import anyio.abc
 from bridge_core.ledger.engine import SweepReport
 from bridge_core.ledger.model import Deliver, Delivery, Obligation, Reply, State
 from bridge_core.ledger.rows import new_row
+from bridge_core.ledger.statistics import LedgerStatistics
 
 __all__ = ["DisabledLedger"]
 
@@ -83,6 +84,9 @@ class DisabledLedger:
 
     async def counts_by_state(self) -> dict[State, int]:
         return dict.fromkeys(State, 0)
+
+    async def statistics(self) -> LedgerStatistics:
+        return LedgerStatistics.of({}, timers=0)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

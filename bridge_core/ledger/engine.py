@@ -10,6 +10,7 @@ stored timestamps and ages come from ``clock``, by default the store's own clock
 from __future__ import annotations
 
 import dataclasses
+import enum
 import heapq
 import logging
 import math
@@ -28,10 +29,11 @@ from bridge_core.ledger.schedule import (
     marker_for,
     verdict_at_claim,
 )
+from bridge_core.ledger.statistics import LedgerStatistics
 from bridge_core.ledger.store import CLAIMABLE_STATES, LedgerStore, Scope
 from bridge_core.provider import LedgerAction, ProviderError, reading_for
 
-__all__ = ["DeliveryLedger", "SweepReport"]
+__all__ = ["DeliveryLedger", "SweepOutcome", "SweepReport"]
 
 log = logging.getLogger("bridge_core.ledger")
 
@@ -75,9 +77,18 @@ class SweepReport:
         )
 
 
+class SweepOutcome(enum.StrEnum):
+    """How one attempt at a row ended; each names the ``SweepReport`` field it counts in."""
+
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    ABANDONED = "abandoned"
+    SKIPPED = "skipped"  # not sent: claimed elsewhere, already settled, or its claim was lost
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
-    kind: str  # a SweepReport field: delivered, failed, abandoned, skipped
+    kind: SweepOutcome
     marked: bool = False
     row: Obligation | None = None  # the row as it ended, when known
 
@@ -175,15 +186,15 @@ class DeliveryLedger:
     async def _attempt(self, row: Obligation) -> _Outcome:
         """Claim and send one row."""
         if not self._connected(row.platform) or row.id in self._sending:
-            return _Outcome("skipped")
+            return _Outcome(SweepOutcome.SKIPPED)
         now = self._clock()
         verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
         if isinstance(verdict, Abandon):
             gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=verdict.reason)
             if gone is not None:
                 log.warning("ledger: abandoned %s: %s", row.id, verdict.reason)
-                return _Outcome("abandoned", row=gone)
-            return _Outcome("skipped")
+                return _Outcome(SweepOutcome.ABANDONED, row=gone)
+            return _Outcome(SweepOutcome.SKIPPED)
         # the row's owner, as read before the claim, is the process that recorded it: the one
         # that posted a streamed reply's partial messages
         poster_alive = row.owner == self.store.owner
@@ -194,7 +205,7 @@ class DeliveryLedger:
             else:
                 claimed = await self.store.claim(row.id, fence=row.fence, now=now)
                 if claimed is None:
-                    return _Outcome("skipped")
+                    return _Outcome(SweepOutcome.SKIPPED)
                 held = claimed
             return await self._send(held, marked=verdict.marked, poster_alive=poster_alive)
         finally:
@@ -239,7 +250,7 @@ class DeliveryLedger:
             try:
                 ref = await self._deliver(delivery)
             except ClaimLost:
-                return _Outcome("skipped")
+                return _Outcome(SweepOutcome.SKIPPED)
             except Exception as error:
                 if claim is not None and claim.claimed is None:
                     return await self._refused_before_turn(row, error)
@@ -248,7 +259,7 @@ class DeliveryLedger:
                 return await self._failed(row if claim is None else claim.held, error, marked)
             if claim is not None:
                 if claim.claimed is None and not await self._claim_late(claim):
-                    return _Outcome("skipped", marked)
+                    return _Outcome(SweepOutcome.SKIPPED, marked)
                 row = claim.held
                 claim = None
             now = self._clock()
@@ -260,16 +271,14 @@ class DeliveryLedger:
                 )
             if current is None:
                 log.warning("ledger: %s was taken over during its send; stopping", row.id)
-                return _Outcome("skipped", marked)
-        return _Outcome("delivered", marked, current)
+                return _Outcome(SweepOutcome.SKIPPED, marked)
+        return _Outcome(SweepOutcome.DELIVERED, marked, current)
 
     async def _confirm_held(self, row: Obligation) -> None:
         """``begin()`` of a later part: prove the claim still holds right before that part goes
         out, as the first part's claim did. Each part waits for its own turn, and a process
         paused past its lease meanwhile may have been recovered from; it must not send on."""
-        held = await self.store.settle(
-            row.id, fence=row.fence, state=State.ATTEMPTING, now=self._clock()
-        )
+        held = await self.store.prove_claim(row.id, fence=row.fence, now=self._clock())
         if held is None:
             raise ClaimLost(f"reply {row.id!r} was taken over while its next part waited")
 
@@ -282,14 +291,14 @@ class DeliveryLedger:
             reason = f"{type(error).__name__}: {error}"[:500]
             gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=reason)
             if gone is None:
-                return _Outcome("skipped")
+                return _Outcome(SweepOutcome.SKIPPED)
             log.warning("ledger: abandoned %s before its send: %s", row.id, reason)
-            return _Outcome("abandoned", row=gone)
+            return _Outcome(SweepOutcome.ABANDONED, row=gone)
         # debug: the sender logs the channel's state once; a row a minute each would drown it
         log.debug("ledger: %s was refused before its send (%r); will try again", row.id, error)
         if self.schedule.resend_delays:
             self._add_timer(self.schedule.resend_delays[0], row.id, row.fence)
-        return _Outcome("failed", row=row)
+        return _Outcome(SweepOutcome.FAILED, row=row)
 
     async def _claim_late(self, claim: _ClaimOnBegin) -> bool:
         """``deliver`` sent without awaiting ``begin()`` (a bug of the delivery function): claim
@@ -324,15 +333,15 @@ class DeliveryLedger:
             last_error=change.last_error,
         )
         if settled is None:
-            return _Outcome("skipped", marked)
+            return _Outcome(SweepOutcome.SKIPPED, marked)
         if change.state is State.ABANDONED:
             log.warning("ledger: abandoned %s: %s", row.id, change.last_error)
-            return _Outcome("abandoned", marked, settled)
+            return _Outcome(SweepOutcome.ABANDONED, marked, settled)
         if change.in_process and change.next_attempt_at is not None:
             self._add_timer(max(0.0, change.next_attempt_at - now), row.id, row.fence)
         elif change.next_attempt_at is None:
             self._parked.setdefault((row.profile, row.channel), {})[row.id] = settled.fence
-        return _Outcome("failed", marked, settled)
+        return _Outcome(SweepOutcome.FAILED, marked, settled)
 
     def channel_proven(self, profile: str, channel: str) -> None:
         """Profile ``profile``'s ``channel`` just took a send (or passed a probe) here: each reply
@@ -383,7 +392,7 @@ class DeliveryLedger:
                 async for row in rows:
                     outcome = await self._attempt(row)
                     counts[outcome.kind] += 1
-                    counts["claimed"] += outcome.kind != "skipped"
+                    counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
                     counts["marked"] += outcome.marked
 
         async with anyio.create_task_group() as group, receive_rows:
@@ -455,6 +464,10 @@ class DeliveryLedger:
     async def counts_by_state(self) -> dict[State, int]:
         """Rows of this process's profiles by state (for metrics)."""
         return await self.store.counts_by_state(profiles=self.profiles)
+
+    async def statistics(self) -> LedgerStatistics:
+        """Its rows by state and its pending timers, as one snapshot."""
+        return LedgerStatistics.of(await self.counts_by_state(), timers=self.timers)
 
     # ------------------------------------------------------------------ the loop
 

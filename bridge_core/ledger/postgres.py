@@ -315,6 +315,9 @@ class PostgresLedgerStore:
             )
         )
 
+    async def prove_claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
+        return await self.settle(obligation_id, fence=fence, state=State.ATTEMPTING, now=now)
+
     async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:
         counts = dict.fromkeys(State, 0)
         async with self.connection() as conn:

@@ -141,7 +141,7 @@ def verdict_at_claim(row: Obligation, *, now: float, schedule: Schedule) -> Aban
     return Send(marked=needs_marker(row.state, row.attempts))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settlement:
     """The row change after a failed send. ``next_attempt_at`` ``None`` on a ``failed`` row
     means no timer: the next start (or a reconnect's redelivery) resends it."""
@@ -171,21 +171,55 @@ def after_failure(
     if action is LedgerAction.ABANDON:
         # Unreachable (the channel is gone) and MessageRejected (the platform refused this reply,
         # or it must not be resent) alike: no resend can help, so the row stops here.
-        return Settlement(State.ABANDONED, None, False, described, False)
+        return Settlement(
+            state=State.ABANDONED,
+            next_attempt_at=None,
+            penalty=False,
+            last_error=described,
+            in_process=False,
+        )
     if action is LedgerAction.WAIT_PENALTY:
         # a usable wait or None, whatever the provider passed (ADR 0027)
         wait = error.retry_after if isinstance(error, RateLimited) else None
         if wait is None:
             wait = schedule.default_penalty
-        return Settlement(State.FAILED, now + wait, True, described, True)
+        return Settlement(
+            state=State.FAILED,
+            next_attempt_at=now + wait,
+            penalty=True,
+            last_error=described,
+            in_process=True,
+        )
     if row.resends >= schedule.max_resends:
-        return Settlement(State.ABANDONED, None, False, f"{described} (resend budget spent)", False)
+        return Settlement(
+            state=State.ABANDONED,
+            next_attempt_at=None,
+            penalty=False,
+            last_error=f"{described} (resend budget spent)",
+            in_process=False,
+        )
     if action is LedgerAction.KEEP_FOR_RECHECK:
         # Access may come back: the reconnect's redelivery or the next start resends it.
-        return Settlement(State.FAILED, None, False, described, False)
+        return Settlement(
+            state=State.FAILED,
+            next_attempt_at=None,
+            penalty=False,
+            last_error=described,
+            in_process=False,
+        )
     # RESEND_SCHEDULE and RESEND_AS_POST: the ledger always posts, so both follow the timers.
     if row.resends < len(schedule.resend_delays):
         return Settlement(
-            State.FAILED, now + schedule.resend_delays[row.resends], False, described, True
+            state=State.FAILED,
+            next_attempt_at=now + schedule.resend_delays[row.resends],
+            penalty=False,
+            last_error=described,
+            in_process=True,
         )
-    return Settlement(State.FAILED, None, False, described, False)
+    return Settlement(
+        state=State.FAILED,
+        next_attempt_at=None,
+        penalty=False,
+        last_error=described,
+        in_process=False,
+    )

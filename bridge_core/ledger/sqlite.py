@@ -398,6 +398,9 @@ class SQLiteLedgerStore:
             last_error=last_error,
         )
 
+    async def prove_claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
+        return await self.settle(obligation_id, fence=fence, state=State.ATTEMPTING, now=now)
+
     async def counts_by_state(self, *, profiles: Collection[str] | None = None) -> dict[State, int]:
         def run(conn: sqlite3.Connection) -> dict[State, int]:
             counts = dict.fromkeys(State, 0)

@@ -126,11 +126,16 @@ class LedgerStore(Protocol):
         last_error: str | None = None,
         ref: MessageRef | None = None,
     ) -> Obligation | None:
-        """End this owner's claim (``fence``): delivered (appending ``ref``), failed or abandoned;
-        ``state=ATTEMPTING`` keeps the claim and only proves it still holds (the ledger does this
-        before each later part of a reply sent at its turn).
+        """End this owner's claim (``fence``): delivered (appending ``ref``), failed or abandoned
+        (``state=ATTEMPTING`` is ``prove_claim``).
         Returns the row after the change; ``None`` when the fence moved on (another process took
         the row) and nothing changed."""
+        ...
+
+    async def prove_claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
+        """Prove this owner's claim (``fence``) still holds, keeping it (``attempting``, only
+        ``updated_at`` moves): the ledger does this before each later part of a reply sent at
+        its turn. The row, or ``None`` when the fence moved on (the claim is lost)."""
         ...
 
     async def counts_by_state(

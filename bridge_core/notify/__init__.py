@@ -5,7 +5,7 @@ Imports only the vocabulary; submits to anything with ``SenderLike``'s interface
 """
 
 from bridge_core.notify.config import NotifyConfig
-from bridge_core.notify.notifier import Notifier, NotifierStats
+from bridge_core.notify.notifier import Notifier, NotifierStatistics
 from bridge_core.notify.protocol import SenderLike
 from bridge_core.notify.render import (
     AgentState,
@@ -18,7 +18,7 @@ from bridge_core.notify.render import (
 __all__ = [
     "AgentState",
     "Notifier",
-    "NotifierStats",
+    "NotifierStatistics",
     "NotifyConfig",
     "SenderLike",
     "SummaryCounts",

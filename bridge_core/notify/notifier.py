@@ -53,7 +53,7 @@ from bridge_core.notify.protocol import SenderLike
 from bridge_core.notify.render import Cleaner
 from bridge_core.provider import Capabilities, MessageRef, Priority, ProviderError
 
-__all__ = ["Notifier", "NotifierStats"]
+__all__ = ["Notifier", "NotifierStatistics"]
 
 # Members bound once: reading one off its enum class costs about 80 ns in CPython 3.11, and
 # this runs for every event the notifier handles (bench/bench_notify.py).
@@ -61,14 +61,17 @@ _HOLDING, _LIVE, _SUMMARY = Phase.HOLDING, Phase.LIVE, Phase.SUMMARY
 _TERMINAL, _NEW, _UPDATE = Priority.TERMINAL, Priority.NEW, Priority.UPDATE
 
 
-@dataclass(slots=True)
-class NotifierStats:
-    events: int = 0
-    filtered: int = 0
-    summaries: int = 0
-    terminal_delivered: int = 0
-    dropped_refs: int = 0
-    rejected: int = 0
+@dataclass(frozen=True, slots=True)
+class NotifierStatistics:
+    """``Notifier.statistics()``: its counters, then the live messages it holds when asked."""
+
+    events: int
+    filtered: int
+    summaries: int
+    terminal_delivered: int
+    dropped_refs: int
+    rejected: int
+    live: int
 
 
 class Notifier:
@@ -116,16 +119,16 @@ class Notifier:
 
     # ------------------------------------------------------------------ observation
 
-    @property
-    def stats(self) -> NotifierStats:
-        """Counters for ``/metrics`` (a snapshot)."""
-        return NotifierStats(
+    def statistics(self) -> NotifierStatistics:
+        """What it has done, and how many agents' live messages it holds."""
+        return NotifierStatistics(
             events=self._events,
             filtered=self._filtered,
             summaries=self._bursts.opened,
             terminal_delivered=self._terminal_delivered_count,
             dropped_refs=self._outbox.dropped_refs,
             rejected=self._outbox.rejected,
+            live=len(self._agents),
         )
 
     def live_view(self) -> list[dict[str, str]]:

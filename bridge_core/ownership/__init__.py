@@ -35,8 +35,8 @@ The runtime's calls::
         ...                                         # then send
 
     await log.recent_history(conversation, 20)      # turns and frames, oldest first
-    await log.stats()        # LogStats(members, turns_admitted, turns_answered)
-    member.metrics, member.view.stats               # per-member counters
+    await log.statistics()        # LogStatistics(members, turns_admitted, turns_answered)
+    member.statistics(), member.view.statistics()   # per-member counters
     member.ready, member.current_id, member.delivering, member.view.members
 
 The decision logic is ``GroupView`` (pure, no I/O) and ``hashing`` (rendezvous over xxh3_64).
@@ -58,15 +58,20 @@ from bridge_core.ownership.log import (
     Backlog,
     ConversationLog,
     JoinResult,
-    LogStats,
+    LogStatistics,
     LogUnavailable,
     NotAMember,
     OwnershipError,
 )
-from bridge_core.ownership.member import AgentGroupMember, BusyHandler, MemberMetrics, TurnHandler
+from bridge_core.ownership.member import (
+    AgentGroupMember,
+    BusyHandler,
+    MemberStatistics,
+    TurnHandler,
+)
 from bridge_core.ownership.memory_log import MemoryConversationLog, MemoryLogStore
 from bridge_core.ownership.open import open_conversation_log
-from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView, ViewStats
+from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView, ViewStatistics
 
 __all__ = [
     "DEFAULT_MAX_CONVERSATIONS",
@@ -79,15 +84,15 @@ __all__ = [
     "ConversationLog",
     "GroupView",
     "JoinResult",
-    "LogStats",
+    "LogStatistics",
     "LogUnavailable",
-    "MemberMetrics",
+    "MemberStatistics",
     "MemoryConversationLog",
     "MemoryLogStore",
     "NotAMember",
     "OwnershipError",
     "TurnHandler",
-    "ViewStats",
+    "ViewStatistics",
     "member_seed",
     "open_conversation_log",
     "owner_of",

@@ -23,7 +23,7 @@ __all__ = [
     "Backlog",
     "ConversationLog",
     "JoinResult",
-    "LogStats",
+    "LogStatistics",
     "LogUnavailable",
     "NotAMember",
     "OwnershipError",
@@ -83,7 +83,7 @@ class Backlog:
 
 
 @dataclass(frozen=True, slots=True)
-class LogStats:
+class LogStatistics:
     members: int
     turns_admitted: int
     turns_answered: int
@@ -144,6 +144,6 @@ class ConversationLog(Protocol):
         """The last ``limit`` turns and frames of ``conversation`` (up to ``up_to_seq``)."""
         ...
 
-    async def stats(self) -> LogStats: ...
+    async def statistics(self) -> LogStatistics: ...
 
     async def aclose(self) -> None: ...

@@ -27,7 +27,7 @@ import logging
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import anyio
 from anyio.abc import TaskGroup
@@ -43,7 +43,7 @@ from bridge_core.ownership.log import (
 )
 from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView
 
-__all__ = ["AgentGroupMember", "BusyHandler", "MemberMetrics", "TurnHandler"]
+__all__ = ["AgentGroupMember", "BusyHandler", "MemberStatistics", "TurnHandler"]
 
 logger = logging.getLogger("bridge_core.ownership")
 
@@ -60,12 +60,23 @@ def _seq(turn: Turn) -> int:
 
 
 @dataclass(slots=True)
-class MemberMetrics:
+class _MemberCounts:
     delivered: int = 0
     busy: int = 0
     handler_errors: int = 0
     rejoins: int = 0
     log_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatistics:
+    """``AgentGroupMember.statistics()``: turns it handed over, and what went wrong."""
+
+    delivered: int
+    busy: int
+    handler_errors: int
+    rejoins: int
+    log_errors: int
 
 
 class AgentGroupMember:
@@ -112,7 +123,7 @@ class AgentGroupMember:
         self.drain_timeout = drain_timeout
         self.follow_wait = follow_wait
         self.exact_id = exact_id
-        self.metrics = MemberMetrics()
+        self._counts = _MemberCounts()
         self.view: GroupView | None = None
         self.current_id: str | None = None
         self.ready = anyio.Event()
@@ -128,6 +139,10 @@ class AgentGroupMember:
         self._abandoned = False
 
     # ------------------------------------------------------------------ public
+
+    def statistics(self) -> MemberStatistics:
+        """Its counters, as one snapshot."""
+        return MemberStatistics(**asdict(self._counts))
 
     def stop(self) -> None:
         """Ask ``run()`` to finish in-flight turns, leave gracefully and return."""
@@ -169,7 +184,7 @@ class AgentGroupMember:
                 expelled = await self._serve(member)
             except LogUnavailable as error:
                 # the log is down: nothing can be delivered safely; try again as a new member
-                self.metrics.log_errors += 1
+                self._counts.log_errors += 1
                 delay = min(30.0, self.heartbeat_interval * 2 ** min(failures, 8))
                 failures += 1
                 logger.warning(
@@ -187,7 +202,7 @@ class AgentGroupMember:
             if not expelled:
                 return
             incarnation += 1
-            self.metrics.rejoins += 1
+            self._counts.rejoins += 1
             logger.warning(
                 "agent group member %s of channel %s was expired (no heartbeat for %.1f s); "
                 "joining again as a new member",
@@ -294,12 +309,12 @@ class AgentGroupMember:
                 del self._queues[conversation]
 
     async def _deliver(self, turn: Turn) -> None:
-        self.metrics.delivered += 1
+        self._counts.delivered += 1
         try:
             history = await self._history(turn)
             await self.on_turn(turn, history)
         except AgentBusy as busy:
-            self.metrics.busy += 1
+            self._counts.busy += 1
             if self.on_busy is None:
                 logger.error(
                     "agent busy on turn %s of %s and no on_busy handler is set: the user "
@@ -311,10 +326,10 @@ class AgentGroupMember:
             try:
                 await self.on_busy(turn, busy)
             except Exception:
-                self.metrics.handler_errors += 1
+                self._counts.handler_errors += 1
                 logger.exception("on_busy failed for turn %s of %s", turn.seq, turn.conversation)
         except Exception:
-            self.metrics.handler_errors += 1
+            self._counts.handler_errors += 1
             logger.exception(
                 "on_turn failed for turn %s of conversation %s", turn.seq, turn.conversation
             )
@@ -346,7 +361,7 @@ class AgentGroupMember:
                     turn.conversation, self.history_limit, up_to_seq=turn.seq
                 )
             except OwnershipError as error:
-                self.metrics.log_errors += 1
+                self._counts.log_errors += 1
                 logger.warning("reading the history of %s failed: %r", turn.conversation, error)
                 await anyio.sleep(0.05 * 2**attempt)
         return [turn]
@@ -364,7 +379,7 @@ class AgentGroupMember:
                     return
                 await self.log.reap(expiry=self.expiry)
             except Exception as error:
-                self.metrics.log_errors += 1
+                self._counts.log_errors += 1
                 logger.warning("agent group member %s: heartbeat failed: %r", member, error)
             await anyio.sleep(self.heartbeat_interval)
 
@@ -374,7 +389,7 @@ class AgentGroupMember:
             try:
                 records = await self.log.read(after_seq=cursor, wait=self.follow_wait)
             except Exception as error:
-                self.metrics.log_errors += 1
+                self._counts.log_errors += 1
                 logger.warning("agent group member %s: reading the log failed: %r", view.me, error)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, self.heartbeat_interval)

@@ -16,7 +16,7 @@ import anyio
 from bridge_core.conversation import Frame, Join, Leave, LeaveReason, LogRecord, Turn
 from bridge_core.conversation import conversation_id as make_conversation_id
 from bridge_core.ownership.backlog import rewind_members
-from bridge_core.ownership.log import Backlog, JoinResult, LogStats
+from bridge_core.ownership.log import Backlog, JoinResult, LogStatistics
 from bridge_core.provider import InboundMessage
 
 __all__ = ["MemoryConversationLog", "MemoryLogStore"]
@@ -172,9 +172,9 @@ class MemoryConversationLog:
         out.reverse()
         return out
 
-    async def stats(self) -> LogStats:
+    async def statistics(self) -> LogStatistics:
         s = self.store
-        return LogStats(len(s.members), s.admitted, s.answered)
+        return LogStatistics(len(s.members), s.admitted, s.answered)
 
     async def aclose(self) -> None:
         self.closed = True

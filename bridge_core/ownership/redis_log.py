@@ -40,7 +40,7 @@ from bridge_core.ownership.log import (
     DEFAULT_SEEN_TTL,
     Backlog,
     JoinResult,
-    LogStats,
+    LogStatistics,
     LogUnavailable,
 )
 from bridge_core.ownership.redis_batch import ScriptBatcher
@@ -350,12 +350,12 @@ class RedisConversationLog:
         out.reverse()
         return out
 
-    async def stats(self) -> LogStats:
+    async def statistics(self) -> LogStatistics:
         members = await self._call(self.client.hlen(self.members_key))
         admitted, answered = await self._call(
             self.client.hmget(self.stats_key, ["admitted", "answered"])
         )
-        return LogStats(int(members), int(admitted or 0), int(answered or 0))
+        return LogStatistics(int(members), int(admitted or 0), int(answered or 0))
 
     async def aclose(self) -> None:
         await self.client.aclose()

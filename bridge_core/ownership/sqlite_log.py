@@ -32,7 +32,7 @@ from bridge_core.ownership.log import (
     DEFAULT_SEEN_TTL,
     Backlog,
     JoinResult,
-    LogStats,
+    LogStatistics,
     LogUnavailable,
 )
 from bridge_core.ownership.read_cache import ReadCache
@@ -530,15 +530,15 @@ class SqliteConversationLog:
 
         return await self._read(query)
 
-    async def stats(self) -> LogStats:
-        def query(conn: sqlite3.Connection) -> LogStats:
+    async def statistics(self) -> LogStatistics:
+        def query(conn: sqlite3.Connection) -> LogStatistics:
             members = conn.execute(
                 "SELECT COUNT(*) FROM log_members WHERE channel = ?", (self.channel,)
             ).fetchone()[0]
             row = conn.execute(
                 "SELECT admitted, answered FROM log_counters WHERE channel = ?", (self.channel,)
             ).fetchone()
-            return LogStats(members, *(row or (0, 0)))
+            return LogStatistics(members, *(row or (0, 0)))
 
         return await self._read(query)
 

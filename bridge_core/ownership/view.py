@@ -30,14 +30,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import xxhash
 
 from bridge_core.conversation import Frame, Join, Leave, LogRecord, Turn
 from bridge_core.ownership.hashing import member_seed
 
-__all__ = ["DEFAULT_MAX_CONVERSATIONS", "GroupView", "ViewStats"]
+__all__ = ["DEFAULT_MAX_CONVERSATIONS", "GroupView", "ViewStatistics"]
 
 DEFAULT_MAX_CONVERSATIONS = 10_000
 
@@ -52,13 +52,25 @@ class _Pending:
 
 
 @dataclass(slots=True)
-class ViewStats:
+class _ViewCounts:
     turns: int = 0
     owned: int = 0
     passed: int = 0
     taken_over: int = 0
     orphans_adopted: int = 0
     conversations_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ViewStatistics:
+    """``GroupView.statistics()``: the turns it folded and how ownership moved."""
+
+    turns: int
+    owned: int
+    passed: int
+    taken_over: int
+    orphans_adopted: int
+    conversations_dropped: int
 
 
 class GroupView:
@@ -79,7 +91,7 @@ class GroupView:
             raise ValueError(f"max_conversations must be at least 1, got {max_conversations}")
         self.me = me
         self.max_conversations = max_conversations
-        self.stats = ViewStats()
+        self._counts = _ViewCounts()
         self._since: dict[str, float] = {}
         self._order: tuple[tuple[str, float, int], ...] = ()
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
@@ -94,6 +106,10 @@ class GroupView:
         self._reorder()
 
     # ------------------------------------------------------------------ membership
+
+    def statistics(self) -> ViewStatistics:
+        """Its counters, as one snapshot."""
+        return ViewStatistics(**asdict(self._counts))
 
     @property
     def members(self) -> dict[str, float]:
@@ -170,7 +186,7 @@ class GroupView:
         while len(self._pending) > self.max_conversations:
             conversation, entry = self._pending.popitem(last=False)
             self._unindex(conversation, None, [owner for _turn, owner in entry.turns])
-            self.stats.conversations_dropped += 1
+            self._counts.conversations_dropped += 1
 
     # ------------------------------------------------------------------ the fold
 
@@ -203,11 +219,11 @@ class GroupView:
         entry.turns.append((turn, owner))
         self._index(owner, turn.conversation)
         self._drop_oldest()
-        self.stats.turns += 1
+        self._counts.turns += 1
         if owner is not None and owner == self.me and not self._left:
-            self.stats.owned += 1
+            self._counts.owned += 1
             return [turn]
-        self.stats.passed += 1
+        self._counts.passed += 1
         return []
 
     def _on_frame(self, frame: Frame) -> None:
@@ -288,9 +304,9 @@ class GroupView:
             self._index(new_owner, conversation)
             if mine:
                 if adopt:
-                    self.stats.orphans_adopted += 1
+                    self._counts.orphans_adopted += 1
                 else:
-                    self.stats.taken_over += 1
+                    self._counts.taken_over += 1
         for owner in emptied:
             if not self._by_owner.get(owner, True):
                 del self._by_owner[owner]

@@ -45,7 +45,7 @@ from bridge_core.ownership import AgentGroupMember, NotAMember
 from bridge_core.runtime.channel import ChannelRuntime
 from bridge_core.runtime.http_api import ApiError, parse_events_body
 
-__all__ = ["DECLINED", "AgentConnection", "AgentHost", "AgentSocketSettings", "SocketStats"]
+__all__ = ["DECLINED", "AgentConnection", "AgentHost", "AgentSocketSettings", "SocketCounts"]
 
 log = logging.getLogger("bridge_core.runtime.agent_socket")
 
@@ -85,7 +85,10 @@ class AgentSocketSettings:
 
 
 @dataclass(slots=True)
-class SocketStats:
+class SocketCounts:
+    """The counters the agent socket and its connections increment; ``AgentSockets.statistics()``
+    is their snapshot."""
+
     connections: int = 0
     refused: int = 0
     turns_sent: int = 0
@@ -137,13 +140,13 @@ class AgentConnection:
         ws: web.WebSocketResponse,
         *,
         settings: AgentSocketSettings,
-        stats: SocketStats,
+        counts: SocketCounts,
         agent: str,
         remote: str | None,
     ) -> None:
         self.host = host
         self.settings = settings
-        self.stats = stats
+        self._counts = counts
         self.ws = ws
         self.agent = agent
         self.remote = remote
@@ -169,9 +172,9 @@ class AgentConnection:
             graceful = await self._read_loop()
             self._closed = True
             if graceful:
-                self.stats.graceful_closes += 1
+                self._counts.graceful_closes += 1
             else:
-                self.stats.drops += 1
+                self._counts.drops += 1
             for held in list(self.held.values()):
                 held.closed = True
                 held.wake()
@@ -251,7 +254,7 @@ class AgentConnection:
             self._bad += 1
         await self._send_error(error, re=re)
         if counted and self._bad >= self.settings.max_bad_messages:
-            self.stats.closed_for_garbage += 1
+            self._counts.closed_for_garbage += 1
             log.warning(
                 "agent connection %s (%s) closed: %d bad messages in a row, the last: %s",
                 self.agent,
@@ -264,7 +267,7 @@ class AgentConnection:
             )
 
     async def _send_error(self, error: p.ProtocolError, *, re: str | None = None) -> None:
-        self.stats.errors_sent += 1
+        self._counts.errors_sent += 1
         try:
             await self._send(
                 p.ServerError(
@@ -408,7 +411,7 @@ class AgentConnection:
             held = self.held[turn_id] = _Held(turn=turn, channel=name)
             try:
                 await self._send(_turn_message(turn_id, name, turn, history))
-                self.stats.turns_sent += 1
+                self._counts.turns_sent += 1
                 row = await self._await_answer(turn_id, held, channel)
             except _Closed:
                 return None, held
@@ -473,7 +476,7 @@ class AgentConnection:
                     )
                 )
                 continue
-            self.stats.answers_recorded += 1
+            self._counts.answers_recorded += 1
             try:
                 await self._send(
                     p.Ack(

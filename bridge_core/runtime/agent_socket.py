@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from dataclasses import asdict, dataclass
 
 import anyio
 from aiohttp import web
@@ -25,7 +26,7 @@ from bridge_core.runtime.agent_connection import (
     AgentConnection,
     AgentHost,
     AgentSocketSettings,
-    SocketStats,
+    SocketCounts,
 )
 
 __all__ = [
@@ -34,7 +35,8 @@ __all__ = [
     "AgentHost",
     "AgentSocketSettings",
     "AgentSockets",
-    "SocketStats",
+    "AgentSocketStatistics",
+    "SocketCounts",
 ]
 
 
@@ -47,18 +49,37 @@ def _loopback(remote: str | None) -> bool:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class AgentSocketStatistics:
+    """``AgentSockets.statistics()``: the counters since the gateway started, then the agent
+    connections open when asked."""
+
+    connections: int
+    refused: int
+    turns_sent: int
+    answers_recorded: int
+    errors_sent: int
+    closed_for_garbage: int
+    graceful_closes: int
+    drops: int
+    open_connections: int
+
+
 class AgentSockets:
     """The gateway's agent connections; ``handle`` is the aiohttp handler of ``/v1/agents``."""
 
     def __init__(self, host: AgentHost, settings: AgentSocketSettings) -> None:
         self.host = host
         self.settings = settings
-        self.stats = SocketStats()
+        self._counts = SocketCounts()
         self.connections: set[AgentConnection] = set()
         self._stopping = False
 
+    def statistics(self) -> AgentSocketStatistics:
+        return AgentSocketStatistics(**asdict(self._counts), open_connections=len(self.connections))
+
     def _refuse(self, status: int, message: str) -> web.Response:
-        self.stats.refused += 1
+        self._counts.refused += 1
         return web.json_response({"error": message}, status=status)
 
     def authenticate(self, request: web.Request) -> str | web.Response:
@@ -110,11 +131,11 @@ class AgentSockets:
             self.host,
             ws,
             settings=settings,
-            stats=self.stats,
+            counts=self._counts,
             agent=identity,
             remote=request.remote,
         )
-        self.stats.connections += 1
+        self._counts.connections += 1
         self.connections.add(connection)
         try:
             await connection.serve()

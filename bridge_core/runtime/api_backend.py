@@ -18,7 +18,7 @@ from typing import Any
 
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
-from bridge_core.ledger import Reply, State
+from bridge_core.ledger import LedgerStatistics, Reply
 from bridge_core.provider import ChatProvider
 from bridge_core.runtime.assembly import Assembly
 from bridge_core.runtime.channel import ChannelRuntime, split_reply
@@ -110,12 +110,12 @@ class GatewayApi:
     async def health(self) -> Health:
         channels: dict[str, dict[str, Any]] = {}
         for name, channel in self.channels.items():
-            sender = channel.sender
+            sender = channel.sender.statistics()
             channels[name] = {
                 "healthy": sender.healthy,
                 "reason": sender.health_reason,
                 "profile": channel.profile,
-                "paused": sender.paused_until is not None,
+                "paused": sender.paused,
                 "queued": sender.queued,
                 "notifier_here": channel.notifier is not None,
             }
@@ -131,21 +131,23 @@ class GatewayApi:
     async def status(self) -> dict[str, Any]:
         return await gateway_status(self)
 
+    async def ledger_statistics(self) -> LedgerStatistics:
+        return await self._parts.ledger.statistics()
+
     async def ledger_counts(self) -> dict[str, int]:
-        counts = await self._parts.ledger.counts_by_state()
-        return {State(state).value: n for state, n in counts.items()}
+        return (await self.ledger_statistics()).by_state()
 
     async def metrics_text(self) -> bytes:
         snapshot = Snapshot(ledger_rows=await self.ledger_counts())
         for name, channel in self.channels.items():
-            stats = channel.sender.stats
-            snapshot.sends[name] = stats.posts
-            snapshot.edits[name] = stats.edits
-            snapshot.rate_limit_pauses[name] = stats.rate_limit_pauses
-            snapshot.channel_healthy[name] = channel.sender.healthy
+            sender = channel.sender.statistics()
+            snapshot.sends[name] = sender.posts
+            snapshot.edits[name] = sender.edits
+            snapshot.rate_limit_pauses[name] = sender.rate_limit_pauses
+            snapshot.channel_healthy[name] = sender.healthy
             if channel.log is not None:
                 try:
-                    snapshot.group_members[name] = (await channel.log.stats()).members
+                    snapshot.group_members[name] = (await channel.log.statistics()).members
                 except Exception as error:
                     log.warning("metrics: members of %s unavailable: %r", name, error)
         self._metrics.set_snapshot(snapshot)

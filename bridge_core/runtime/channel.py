@@ -54,6 +54,8 @@ class NotifierLike(Protocol):
     @property
     def idle(self) -> bool: ...
 
+    def live_view(self) -> list[dict[str, str]]: ...
+
 
 @dataclass
 class ChannelRuntime:

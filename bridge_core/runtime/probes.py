@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 import anyio
@@ -34,6 +34,7 @@ class Probe:
     """One thing ``check --connect`` tried: what, whether it worked, and what it found."""
 
     what: str  # "ledger", "membership", "channel ops"
+    _: KW_ONLY
     ok: bool
     detail: str
 
@@ -120,14 +121,14 @@ async def _channel(config: BridgeConfig, name: str) -> str:
 async def _attempt(what: str, check: Callable[[], Awaitable[str]], *, secrets: list[str]) -> Probe:
     try:
         with anyio.fail_after(PROBE_TIMEOUT + 1):
-            return Probe(what, True, await check())
+            return Probe(what, ok=True, detail=await check())
     except TimeoutError:
-        return Probe(what, False, f"no answer within {PROBE_TIMEOUT:g} s")
+        return Probe(what, ok=False, detail=f"no answer within {PROBE_TIMEOUT:g} s")
     except Exception as exc:  # every failure is a finding to report, not a crash of check
         message = str(exc) or type(exc).__name__
         for secret in secrets:  # a driver's error may quote the URL it was given
             message = message.replace(secret, "***")
-        return Probe(what, False, message)
+        return Probe(what, ok=False, detail=message)
 
 
 async def probe_config(config: BridgeConfig) -> list[Probe]:

@@ -24,8 +24,8 @@ from bridge_core.sending.sender import (
     Outcome,
     OutcomeCallback,
     SenderClosed,
-    SenderStats,
 )
+from bridge_core.sending.statistics import SenderStatistics
 
 __all__ = [
     "BACKOFF_MAX",
@@ -42,7 +42,7 @@ __all__ = [
     "SendGate",
     "SendOp",
     "SenderClosed",
-    "SenderStats",
+    "SenderStatistics",
     "TextSource",
     "render_text",
 ]

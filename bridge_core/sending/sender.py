@@ -49,7 +49,7 @@ import math
 import random as random_module
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import asdict
 from types import TracebackType
 from typing import cast
 
@@ -84,6 +84,7 @@ from bridge_core.sending.ops import (
 )
 from bridge_core.sending.pacing import BudgetGate, SendGate
 from bridge_core.sending.queue import Outcome, OutcomeCallback, Work, WorkQueue
+from bridge_core.sending.statistics import SenderCounts, SenderStatistics
 
 __all__ = [
     "BACKOFF_MAX",
@@ -92,7 +93,7 @@ __all__ = [
     "Outcome",
     "OutcomeCallback",
     "SenderClosed",
-    "SenderStats",
+    "SenderStatistics",
 ]
 
 logger = logging.getLogger("bridge_core.sending")
@@ -103,26 +104,6 @@ BACKOFF_MAX = 60.0
 
 class SenderClosed(TransportError):
     """The sender stopped (its ``run`` was cancelled) before this work was sent."""
-
-
-@dataclass(slots=True)
-class SenderStats:
-    """Counters for ``/metrics``: attempts by kind and what the platform answered."""
-
-    sends: int = 0
-    posts: int = 0
-    edits: int = 0
-    delivered: int = 0
-    rate_limit_pauses: int = 0
-    backoffs: int = 0
-    not_found: int = 0
-    rejected: int = 0
-    forbidden: int = 0
-    unreachable: int = 0
-    transport_errors: int = 0
-    superseded: int = 0
-    skipped: int = 0
-    contained: int = 0  # unexpected exceptions contained to one piece of work (ADR 0026)
 
 
 class ChannelSender:
@@ -146,8 +127,8 @@ class ChannelSender:
         self.thread = thread
         self.budget = budget
         self.recheck_interval = recheck_interval
-        self.stats = SenderStats()
-        self.sent_at: deque[float] = deque(maxlen=4096)  # recent attempts, for `chatbridge top`
+        self._counts = SenderCounts()
+        self._sent_at: deque[float] = deque(maxlen=4096)  # recent attempts, for `chatbridge top`
         self._random = random if random is not None else random_module.Random()
         self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
         self._queue = WorkQueue(edit_spacing=budget.edit_spacing)
@@ -195,6 +176,22 @@ class ChannelSender:
     def idle(self) -> bool:
         """Nothing queued and nothing in flight."""
         return self._inflight is None and not self._queue
+
+    def statistics(self) -> SenderStatistics:
+        """What it has done and where it stands now (call it in the event loop: the recent
+        attempts are counted on anyio's clock)."""
+        now = anyio.current_time()
+        sent_at = self._sent_at
+        return SenderStatistics(
+            **asdict(self._counts),
+            queued=self.queued,
+            paused=self.paused_until is not None,
+            healthy=self.healthy,
+            health_reason=self.health_reason,
+            sends_last_second=sum(1 for t in sent_at if t > now - 1.0),
+            sends_last_minute=sum(1 for t in sent_at if t > now - 60.0),
+            sends_last_hour=sum(1 for t in sent_at if t > now - 3600.0),
+        )
 
     # ------------------------------------------------------------------ the two ways in
 
@@ -308,7 +305,7 @@ class ChannelSender:
     def _enqueue(self, work: Work) -> bool:
         replaced = self._queue.put(work)
         if replaced is not None:
-            self.stats.superseded += 1
+            self._counts.superseded += 1
         if self._waiting and self._wake is not None:
             self._wake.set()
         return replaced is not None
@@ -329,7 +326,7 @@ class ChannelSender:
     def _requeue(self, work: Work) -> None:
         """Put keyed work back at the head of its class, unless newer work of its key waits."""
         if not self._queue.put_back(work):
-            self.stats.superseded += 1
+            self._counts.superseded += 1
             self._resolve(work, None)
 
     async def _wait(self, deadline: float) -> None:
@@ -396,7 +393,7 @@ class ChannelSender:
             work.key,
             exc_info=error,
         )
-        self.stats.contained += 1
+        self._counts.contained += 1
         self._inflight = None
         self._queue.remove(work)
         self._pause(self._backoff())
@@ -410,8 +407,8 @@ class ChannelSender:
         if text is None or not await self._take_slot(work):
             return
         now = anyio.current_time()
-        self.stats.sends += 1
-        self.sent_at.append(now)
+        self._counts.sends += 1
+        self._sent_at.append(now)
         self._inflight = work
         try:
             ref = await self._call(work.op, text, now)
@@ -428,7 +425,7 @@ class ChannelSender:
             self._failures = 0
             self.health.proven()
             self._queue.wrote(ref.message_id, now)
-            self.stats.delivered += 1
+            self._counts.delivered += 1
             self._resolve(work, ref)
         finally:
             self._inflight = None
@@ -444,7 +441,7 @@ class ChannelSender:
             return None
         if text is None:
             self._queue.remove(work)
-            self.stats.skipped += 1
+            self._counts.skipped += 1
             self._resolve(work, None)
         return text
 
@@ -478,13 +475,13 @@ class ChannelSender:
     async def _call(self, op: SendOp, text: str, now: float) -> MessageRef:
         """The one provider call of a send."""
         if isinstance(op, Post):
-            self.stats.posts += 1
+            self._counts.posts += 1
             thread = op.thread or self.thread
             with posting_with_key(op.key):
                 if op.call is not None:
                     return await op.call(self.channel, text, thread)
                 return await self.provider.post(self.channel, text, thread=thread)
-        self.stats.edits += 1
+        self._counts.edits += 1
         self._queue.wrote(op.ref.message_id, now)
         if op.call is not None:
             return await op.call(op.ref, text)
@@ -501,42 +498,42 @@ class ChannelSender:
             work.key,
             exc_info=error,
         )
-        self.stats.contained += 1
+        self._counts.contained += 1
         return TransportError(f"{type(error).__name__}: {error}")
 
     def _rate_limited(self, work: Work, error: ProviderError, now: float) -> None:
-        self.stats.rate_limit_pauses += 1
+        self._counts.rate_limit_pauses += 1
         retry_after = cast(RateLimited, error).retry_after  # usable, or None (ADR 0027)
         if retry_after is None:
-            self.stats.backoffs += 1
+            self._counts.backoffs += 1
         self._pause(retry_after if retry_after is not None else self._backoff())
         self._retry_or_fail(work, error, retry_unkeyed=True)
 
     def _not_found(self, work: Work, error: ProviderError, now: float) -> None:
-        self.stats.not_found += 1
+        self._counts.not_found += 1
         self._resolve(work, error)
 
     def _forbidden(self, work: Work, error: ProviderError, now: float) -> None:
-        self.stats.forbidden += 1
+        self._counts.forbidden += 1
         self.health.forbidden(cast(Forbidden, error))
         self._fail_unkeyed(error)
         self._retry_or_fail(work, error, retry_unkeyed=False)
 
     def _unreachable(self, work: Work, error: ProviderError, now: float) -> None:
-        self.stats.unreachable += 1
+        self._counts.unreachable += 1
         self.health.unreachable(cast(Unreachable, error))
         self._resolve(work, error)
 
     def _rejected(self, work: Work, error: ProviderError, now: float) -> None:
         # About this message only: the channel's pause, back-off and health stay as they are.
-        self.stats.rejected += 1
+        self._counts.rejected += 1
         if work.keyed:
             self._queue.refused(work.key, now)
         self._resolve(work, error)
 
     def _transient(self, work: Work, error: ProviderError, now: float) -> None:
-        self.stats.transport_errors += 1
-        self.stats.backoffs += 1
+        self._counts.transport_errors += 1
+        self._counts.backoffs += 1
         self._pause(self._backoff())
         self._retry_or_fail(work, error, retry_unkeyed=False)
 
@@ -571,7 +568,7 @@ class ChannelSender:
             work.key,
             exc_info=error,
         )
-        self.stats.contained += 1
+        self._counts.contained += 1
         self._queue.remove(work)
         if work.keyed:  # a resubmission of the key is spaced like a refused post
             self._queue.refused(work.key, anyio.current_time())

@@ -20,7 +20,7 @@ from bridge_core.streams.reply import (
     FinalWrite,
     ReplyStream,
     StreamResult,
-    StreamStats,
+    StreamStatistics,
 )
 from bridge_core.streams.source import StreamTypeError, deltas_of
 from bridge_core.streams.split import PartSplitter
@@ -33,7 +33,7 @@ __all__ = [
     "ReplyStream",
     "StreamResult",
     "StreamSender",
-    "StreamStats",
+    "StreamStatistics",
     "StreamTypeError",
     "deltas_of",
 ]

@@ -32,7 +32,7 @@ through the ledger).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import anyio
 
@@ -51,7 +51,7 @@ __all__ = [
     "FinalWrite",
     "ReplyStream",
     "StreamResult",
-    "StreamStats",
+    "StreamStatistics",
 ]
 
 RUN = 256
@@ -84,11 +84,21 @@ class FinalWrite:
 
 
 @dataclass(slots=True)
-class StreamStats:
+class _StreamCounts:
     deltas: int = 0
     submitted: int = 0
     written: int = 0
     not_found: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStatistics:
+    """``ReplyStream.statistics()``: deltas taken, edits submitted and written."""
+
+    deltas: int
+    submitted: int
+    written: int
+    not_found: int
 
 
 class ReplyStream:
@@ -131,9 +141,13 @@ class ReplyStream:
         self._stopped = False  # the channel refused the stream: no more intermediate writes
         self._interrupted = False
         self._settled = anyio.Event()
-        self.stats = StreamStats()
+        self._counts = _StreamCounts()
 
     # ------------------------------------------------------------------ the agent's side
+
+    def statistics(self) -> StreamStatistics:
+        """Its counters, as one snapshot."""
+        return StreamStatistics(**asdict(self._counts))
 
     def feed(self, delta: str) -> None:
         """Append ``delta`` to the reply (synchronous; the write goes out at the next slot)."""
@@ -147,7 +161,7 @@ class ReplyStream:
             self._runs.append("".join(deltas))
             deltas.clear()
         self._version += 1
-        self.stats.deltas += 1
+        self._counts.deltas += 1
         if not self._owed and not self._stopped and self.mode is not StreamingMode.NONE:
             self._submit()
 
@@ -257,7 +271,7 @@ class ReplyStream:
         ref = self._refs[part] if part < len(self._refs) else None
         native = self.mode is StreamingMode.NATIVE
         self._owed = True
-        self.stats.submitted += 1
+        self._counts.submitted += 1
         if ref is None:
             self._sender.submit(
                 self._key,
@@ -306,7 +320,7 @@ class ReplyStream:
         pending, self._pending = self._pending, None
         self._owed = False
         if isinstance(outcome, MessageRef):
-            self.stats.written += 1
+            self._counts.written += 1
             if posted:
                 while len(self._refs) <= part:
                     self._refs.append(None)
@@ -318,7 +332,7 @@ class ReplyStream:
                 self._mark_interrupted([outcome])
         elif isinstance(outcome, NotFound):
             # the message was deleted: drop its ref, the next update posts one new message
-            self.stats.not_found += 1
+            self._counts.not_found += 1
             if part < len(self._refs):
                 self._refs[part] = None
                 self._written[part] = ""

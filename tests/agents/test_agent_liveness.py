@@ -48,7 +48,7 @@ async def test_a_silent_peer_is_dropped_and_expires_while_the_sdk_stays(tmp_path
                 assert leave.reason is LeaveReason.EXPIRED and leave.member.startswith(
                     "support/mute@"
                 )
-                assert sockets.stats.drops == 1
+                assert sockets.statistics().drops == 1
                 await silent.close()
             await anyio.sleep(2.5)  # two more pings, each answered in time
             assert sdk.connections == 1 and sdk.hello is not None

@@ -96,7 +96,7 @@ async def test_every_message_type_in_one_session(
     member = hello["members"]["ops"]
     assert member.startswith("support/t@") and hello["concurrency"] == 4
     assert gateway.channels["ops"].log is not None
-    members = await gateway.channels["ops"].log.stats()
+    members = await gateway.channels["ops"].log.statistics()
     assert members.members == 1  # the connection is the group's one member
     await anyio.sleep(OPTIONS.settle)
 

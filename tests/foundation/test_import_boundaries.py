@@ -57,7 +57,7 @@ def imports_of(path: Path, root: Path) -> Iterator[Import]:
     importer = module_name(path, root)
     package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
 
-    def walk(node: ast.AST, module_level: bool) -> Iterator[Import]:
+    def walk(node: ast.AST, *, module_level: bool) -> Iterator[Import]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.Import):
                 for alias in child.names:
@@ -72,13 +72,13 @@ def imports_of(path: Path, root: Path) -> Iterator[Import]:
                 for alias in child.names:
                     yield Import(importer, f"{source}.{alias.name}", module_level, child.lineno)
             elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                yield from walk(child, False)
+                yield from walk(child, module_level=False)
             elif isinstance(child, ast.If) and _is_type_checking(child):
-                yield from walk(child, False)
+                yield from walk(child, module_level=False)
             else:
-                yield from walk(child, module_level)
+                yield from walk(child, module_level=module_level)
 
-    yield from walk(ast.parse(path.read_text(), filename=str(path)), True)
+    yield from walk(ast.parse(path.read_text(), filename=str(path)), module_level=True)
 
 
 def collect(root: Path, *top_level: str) -> list[Import]:

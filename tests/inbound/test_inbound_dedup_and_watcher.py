@@ -46,11 +46,11 @@ def test_an_id_is_dropped_within_the_window_and_admitted_after_it() -> None:
     clock = Clock()
     dedup = InboundDedup(clock=clock)
     assert dedup.window == 600.0
-    assert dedup.seen_before("a") is False
+    assert dedup.mark_seen("a") is False
     clock.now = 599.0
-    assert dedup.seen_before("a") is True
+    assert dedup.mark_seen("a") is True
     clock.now = 600.0  # ten minutes after the first sight (a replay does not extend it)
-    assert dedup.seen_before("a") is False
+    assert dedup.mark_seen("a") is False
     assert dedup.dropped == 1
 
 
@@ -59,19 +59,19 @@ def test_the_dedup_is_bounded_oldest_forgotten_first() -> None:
     dedup = InboundDedup(max_size=3, clock=clock)
     for i, mid in enumerate("abcd"):
         clock.now = float(i)
-        assert not dedup.seen_before(mid)
+        assert not dedup.mark_seen(mid)
     assert len(dedup) == 3 and "a" not in dedup and "d" in dedup
 
 
 def test_adopt_keeps_the_original_seen_times() -> None:
     clock = Clock()
     old = InboundDedup(clock=clock)
-    old.seen_before("early")
+    old.mark_seen("early")
     clock.now = 300.0
-    old.seen_before("late")
+    old.mark_seen("late")
     clock.now = 500.0
     new = InboundDedup(clock=clock)
-    new.seen_before("fresh")
+    new.mark_seen("fresh")
     new.adopt(old)
     assert [mid for mid, _ in new.live()] == ["early", "late", "fresh"]
     clock.now = 599.0
@@ -85,7 +85,7 @@ def test_adopt_keeps_the_original_seen_times() -> None:
 def test_adopt_ignores_expired_ids() -> None:
     clock = Clock()
     old = InboundDedup(clock=clock, window=10.0)
-    old.seen_before("gone")
+    old.mark_seen("gone")
     clock.now = 11.0
     new = InboundDedup(clock=clock, window=10.0)
     new.adopt(old)

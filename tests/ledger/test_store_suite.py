@@ -171,20 +171,20 @@ async def test_a_live_owners_rows_are_never_claimable(harness: Any) -> None:
     assert not await other.settle(row.id, fence=1, state=State.DELIVERED, now=NOW)
 
 
-async def test_settling_as_attempting_only_proves_the_claim_still_holds(harness: Any) -> None:
+async def test_proving_a_claim_keeps_it_and_fails_once_it_moved_on(harness: Any) -> None:
     holder = await harness.store()
     mine = await harness.store(me=True)
     row, _ = await holder.record(reply("m1", chunks=("a", "b")), now=NOW)
     assert await holder.claim(row.id, fence=0, now=NOW) is not None
     ref = MessageRef("C1", "1", "T1")
     assert await holder.progress(row.id, fence=1, ref=ref, now=NOW)
-    held = await holder.settle(row.id, fence=1, state=State.ATTEMPTING, now=NOW + 1)
+    held = await holder.prove_claim(row.id, fence=1, now=NOW + 1)
     assert held is not None and held.state is State.ATTEMPTING and held.fence == 1
     assert held.delivered == (ref,) and held.owner == holder.owner and not held.penalty
     assert held.next_attempt_at is None and held.updated_at == NOW + 1
     await harness.kill(holder)  # looks dead (a lease that lapsed): another process recovers it
     assert await mine.claim(row.id, fence=1, now=NOW + 2) is not None
-    assert await holder.settle(row.id, fence=1, state=State.ATTEMPTING, now=NOW + 3) is None
+    assert await holder.prove_claim(row.id, fence=1, now=NOW + 3) is None
 
 
 async def test_scopes_filter_profiles_platforms_due_and_owner(harness: Any) -> None:

@@ -154,6 +154,7 @@ def simulate(
     fleet: list[Life],
     faults: list[tuple[float, str, float]],
     budget: SendBudget,
+    *,
     edit: bool,
     path: Path,
 ) -> list[TranscriptEntry]:
@@ -194,7 +195,7 @@ def final_text(life: Life) -> str:
     return f"running: st{len(life.changes) - 1}" if life.changes else "running: started"
 
 
-def check(fleet: list[Life], entries: list[TranscriptEntry], budget: SendBudget, edit: bool):
+def check(fleet: list[Life], entries: list[TranscriptEntry], budget: SendBudget, *, edit: bool):
     assert_paced(entries, budget)
     deleted = {e.message_id for e in entries if e.op == "error" and e.error == "NotFound"}
     last: dict[str, TranscriptEntry] = {}
@@ -247,8 +248,8 @@ def test_random_fleets_under_random_faults(
     fleet: list[Life], faults: list[tuple[float, str, float]], budget: SendBudget, edit: bool
 ) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        entries = simulate(fleet, faults, budget, edit, Path(folder) / "t.jsonl")
-    check(fleet, entries, budget, edit)
+        entries = simulate(fleet, faults, budget, edit=edit, path=Path(folder) / "t.jsonl")
+    check(fleet, entries, budget, edit=edit)
 
 
 @settings(max_examples=4, deadline=None)
@@ -267,5 +268,5 @@ def test_hourly_cap_under_a_saturating_stream(seed: int) -> None:
     ]
     faults = [(rng.uniform(100, 3000), "rate_limited", rng.uniform(1, 30)) for _ in range(3)]
     with tempfile.TemporaryDirectory() as folder:
-        entries = simulate(fleet, faults, TEAMS_BUDGET, True, Path(folder) / "t.jsonl")
-    check(fleet, entries, TEAMS_BUDGET, True)
+        entries = simulate(fleet, faults, TEAMS_BUDGET, edit=True, path=Path(folder) / "t.jsonl")
+    check(fleet, entries, TEAMS_BUDGET, edit=True)

@@ -37,7 +37,7 @@ async def test_a_refused_edit_keeps_the_message_and_later_updates_go_on(open_cha
         ch.notifier.handle(AgentFinished("alpha", "w1", outcome=Outcome.DONE, turns=2))
         ch.notifier.handle(AgentFinished("beta", "w1", outcome=Outcome.DONE, turns=3))
         await ch.until_idle()
-        assert ch.sender.healthy and ch.notifier.stats.rejected == 1
+        assert ch.sender.healthy and ch.notifier.statistics().rejected == 1
         entries = ch.entries()
     alpha = _of(entries, "alpha")
     assert [(e.t, e.op) for e in alpha] == [

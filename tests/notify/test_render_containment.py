@@ -41,8 +41,10 @@ async def test_an_agent_whose_message_cannot_be_rendered_stops_nothing_else(
     assert good == ["post", "edit", "edit"]
     assert [e.op for e in entries if " later [" in e.text] == ["post"]
     assert not any("bad" in e.text for e in entries)
-    assert ch.notifier.stats.rejected == 3  # spawn, status and end: one attempt each, no spin
+    assert (
+        ch.notifier.statistics().rejected == 3
+    )  # spawn, status and end: one attempt each, no spin
     logged = [r.getMessage() for r in caplog.records]
     assert any("'fleet'" in m and "agent:bad" in m for m in logged), logged
     # contained by the notifier, where the message is known, before the sender had to
-    assert ch.sender.stats.contained == 0
+    assert ch.sender.statistics().contained == 0

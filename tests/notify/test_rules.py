@@ -144,7 +144,7 @@ async def test_filters_choose_kinds_and_workspaces(open_channel) -> None:
         ch.notifier.handle(ToolStarted("a1", "mine", tool="grep"))
         ch.notifier.handle(UnknownEvent("a1", "mine", unknown_kind="Future"))
         await ch.until_idle()
-        assert ch.notifier.stats.filtered == 4
+        assert ch.notifier.statistics().filtered == 4
         entries = ch.entries()
     assert [e.op for e in entries] == ["post"] and "a1" in entries[0].text
     only_spawns = NotifyConfig(kinds=frozenset({"AgentSpawned"}))

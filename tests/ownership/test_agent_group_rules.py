@@ -197,7 +197,7 @@ async def test_busy_is_relayed_to_the_end_user(harness: Any) -> None:
         await anyio.sleep(0.5)
         tg.cancel_scope.cancel()
     assert group.busy_notices == [("a", turn, "busy, try again in a minute")]
-    assert group.members["a"].metrics.busy == 1
+    assert group.members["a"].statistics().busy == 1
 
 
 async def test_graceful_leave_hands_over_at_once_and_drains_in_flight(harness: Any) -> None:
@@ -244,7 +244,7 @@ async def test_a_member_that_cannot_heartbeat_stops_delivering_and_rejoins_as_ne
         tg.cancel_scope.cancel()
     # b expired a and took the turn over; a saw its expiry and joined again under a new id
     assert [d.member for d in group.delivered(turn)] == ["b"]
-    assert a.metrics.rejoins == 1 and a.current_id == "a~1"
+    assert a.statistics().rejoins == 1 and a.current_id == "a~1"
     joins = [r for r in group.store.records if type(r).__name__ == "Join"]
     rejoin = next(j for j in joins if j.member == "a~1")
     assert rejoin.since == pytest.approx(rejoin.inserted_at + SETTLE)
@@ -284,7 +284,7 @@ async def test_passed_memory_is_bounded_oldest_dropped(harness: Any) -> None:
         await anyio.sleep(0.1)
         assert b.view is not None
         assert len({c for c in b.view._pending}) == 10
-        assert b.view.stats.conversations_dropped >= 40
+        assert b.view.statistics().conversations_dropped >= 40
         tg.cancel_scope.cancel()
 
 
@@ -308,7 +308,7 @@ async def test_a_heartbeat_blip_shorter_than_the_expiry_only_delays_delivery(
         await anyio.sleep(HEARTBEAT + 0.5)
         tg.cancel_scope.cancel()
     assert [(d.member, d.answered) for d in group.delivered(turn)] == [("a", True)]
-    assert a.metrics.rejoins == 0 and a.current_id == "a"
+    assert a.statistics().rejoins == 0 and a.current_id == "a"
     expired = [r for r in group.store.records if isinstance(r, Leave) and r.member == "a"]
     assert [leave.reason for leave in expired] == [LeaveReason.GRACEFUL]  # at the end only
 
@@ -342,7 +342,7 @@ async def test_a_member_that_cannot_reach_the_log_at_start_joins_when_it_can(
         tg.start_soon(member.run)
         with anyio.fail_after(10):
             await member.ready.wait()
-        assert member.metrics.log_errors == 2 and member.current_id == "late~2"
+        assert member.statistics().log_errors == 2 and member.current_id == "late~2"
         tg.cancel_scope.cancel()
 
 
@@ -360,5 +360,5 @@ async def test_a_failing_handler_or_busy_notice_does_not_stop_the_member(
         tg.cancel_scope.cancel()
     assert [d.member for d in group.delivered(broken)] == ["a"]
     assert [(d.member, d.answered) for d in group.delivered(later)] == [("a", True)]
-    assert a.metrics.handler_errors == 1
+    assert a.statistics().handler_errors == 1
     assert any("on_turn failed" in r.getMessage() for r in caplog.records)

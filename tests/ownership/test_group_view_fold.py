@@ -171,7 +171,7 @@ def test_orphans_go_to_the_next_joiner() -> None:
     log.join("b", settle=1.0)
     view, delivered = fold("b", log.records)
     assert delivered == [turn, lonely]
-    assert view.stats.orphans_adopted == 2
+    assert view.statistics().orphans_adopted == 2
 
 
 def test_a_departed_member_delivers_nothing_more() -> None:
@@ -193,4 +193,4 @@ def test_a_takeover_of_many_conversations_touches_only_the_departed() -> None:
     a_conversations = view.pending_conversations("a")
     delivered = view.apply(log.leave("a"))
     assert delivered and {t.conversation for t in delivered} <= a_conversations
-    assert view.stats.taken_over == len({t.conversation for t in delivered})
+    assert view.statistics().taken_over == len({t.conversation for t in delivered})

@@ -82,7 +82,7 @@ async def test_admission_is_idempotent_and_ordered(open_log: Factory) -> None:
     assert await log.admit(message("m3", author_is_bot=True)) is None
     records = await log.read(after_seq=0)
     assert records == [first, second]
-    assert (await log.stats()).turns_admitted == 2
+    assert (await log.statistics()).turns_admitted == 2
 
 
 async def test_the_same_message_through_many_gateways_at_once_is_one_turn(
@@ -126,7 +126,7 @@ async def test_frames_joins_leaves_heartbeats(open_log: Factory) -> None:
     assert isinstance(records[0], Join) and records[0].since == pytest.approx(
         joined.join.since, abs=0.002
     )
-    stats = await log.stats()
+    stats = await log.statistics()
     assert (stats.members, stats.turns_admitted, stats.turns_answered) == (1, 1, 1)
 
 
@@ -152,7 +152,7 @@ async def test_the_reaper_appends_each_expiry_exactly_once(open_log: Factory) ->
         ("dead2", "expired"),
     ]
     assert await handles[0].heartbeat("dead1") is False
-    assert (await handles[0].stats()).members == 1
+    assert (await handles[0].statistics()).members == 1
 
 
 async def test_a_follower_wakes_on_another_handles_append(open_log: Factory) -> None:
@@ -253,7 +253,7 @@ async def test_sqlite_prunes_old_seen_ids_and_records(tmp_path: Path) -> None:
     records = await log.read(after_seq=0)
     assert old not in records  # past the retention
     assert [r.message_id for r in records if isinstance(r, Turn)] == ["old", "new"]
-    assert (await log.stats()).members == 1  # membership is not pruned with its join record
+    assert (await log.statistics()).members == 1  # membership is not pruned with its join record
     await log.aclose()
 
 
@@ -313,5 +313,5 @@ async def test_sqlite_one_failing_write_does_not_undo_the_others_in_its_batch(
     turns = [r for r in await log.read(after_seq=0) if isinstance(r, Turn)]
     assert sorted(t.message_id for t in turns) == ["a", "b", "c"]
     assert all(results[m] is not None for m in "abc")
-    assert (await log.stats()).turns_admitted == 3
+    assert (await log.statistics()).turns_admitted == 3
     await log.aclose()

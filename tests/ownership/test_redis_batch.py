@@ -56,7 +56,7 @@ async def test_concurrent_admissions_share_pipelines_and_each_gets_its_own_answe
     assert log._batch.pipelines < 40  # batched (a lone call would make one pipeline each)
     records = await log.read(after_seq=0, limit=100)
     assert [record.seq for record in records] == sorted(turn.seq for turn in turns)
-    assert (await log.stats()).turns_admitted == 30
+    assert (await log.statistics()).turns_admitted == 30
     frames = []
     async with anyio.create_task_group() as tg:
         for turn in turns:
@@ -66,7 +66,7 @@ async def test_concurrent_admissions_share_pipelines_and_each_gets_its_own_answe
 
             tg.start_soon(answer)
     assert len({frame.seq for frame in frames}) == 30
-    assert (await log.stats()).turns_answered == 30
+    assert (await log.statistics()).turns_answered == 30
 
 
 async def test_a_server_that_lost_its_scripts_runs_each_call_once(
@@ -81,7 +81,7 @@ async def test_a_server_that_lost_its_scripts_runs_each_call_once(
     ids = [record.message_id for record in records if isinstance(record, Turn)]
     assert len(ids) == len(records) == 6  # each call ran once: no lost, no doubled turn
     assert ids[0] == "before" and sorted(ids[1:]) == [f"after{n}" for n in range(5)]
-    assert (await log.stats()).turns_admitted == 6
+    assert (await log.statistics()).turns_admitted == 6
 
 
 async def test_a_dropped_connection_fails_every_waiting_call_as_log_unavailable() -> None:

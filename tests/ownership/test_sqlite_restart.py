@@ -138,13 +138,13 @@ async def test_members_as_tasks_over_one_sqlite_log_answer_each_turn_once(
             assert turn is not None
             turns.append(turn)
         with anyio.fail_after(20):
-            while (await log.stats()).turns_answered < len(turns):  # noqa: ASYNC110
+            while (await log.statistics()).turns_answered < len(turns):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
         for member in members:
             member.stop()
     counts = Counter(seq for _member, seq in delivered)
     assert all(counts[t.seq] == 1 for t in turns)
     assert len({m for m, _seq in delivered}) == 3
-    stats = await log.stats()
+    stats = await log.statistics()
     assert (stats.members, stats.turns_admitted, stats.turns_answered) == (0, 150, 150)
     await log.aclose()

@@ -223,7 +223,7 @@ async def test_a_rebuilt_connection_takes_over_sending_and_resends_failed_rows(
     )
     async with gateway:
         await gateway.accept_message(MessageRequest(channel="ops", text="after the outage"))
-        await until(lambda: gateway.channels["ops"].sender.stats.transport_errors >= 1)
+        await until(lambda: gateway.channels["ops"].sender.statistics().transport_errors >= 1)
         await rows_reach(gateway, "failed", 1)  # settled just after the send failed
         FlakyProvider.drop_now.set()
         await until(lambda: len(FlakyProvider.built) == 2 and FlakyProvider.built[1].posted)

@@ -172,7 +172,7 @@ def test_a_sender_whose_renderer_raises_logs_the_channel_and_the_work(
             await anyio.sleep(5)
             assert isinstance(got[0], MessageRejected)
             assert await sender.send(Post("next"))
-        assert sender.stats.contained == 1
+        assert sender.statistics().contained == 1
 
     run_virtual(main)
     messages = [r.getMessage() for r in caplog.records]

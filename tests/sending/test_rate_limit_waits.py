@@ -43,7 +43,7 @@ def test_an_unusable_wait_backs_the_channel_off_then_sends(wait: float) -> None:
             with anyio.fail_after(120):
                 ref = await sender.send(Post("x"))
             assert isinstance(ref, MessageRef)
-            assert sender.stats.backoffs == 1 and sender.stats.rate_limit_pauses == 1
+            assert sender.statistics().backoffs == 1 and sender.statistics().rate_limit_pauses == 1
         assert len(calls) == 2, calls
         assert BACKOFF_MIN <= calls[1] - calls[0] <= 2 * BACKOFF_MIN + 0.05
 

@@ -97,7 +97,7 @@ async def test_same_key_replaces_in_place_and_renders_at_send_time(tmp_path: Pat
         assert sender.queued == 2
         state["n"] = 42
         await anyio.sleep(5)
-        assert sender.stats.superseded == 99
+        assert sender.statistics().superseded == 99
     got = [(e.t, e.text) for e in entries(tmp_path)]
     assert got == [(0.0, "first"), (1.0, "other"), (2.0, "state 42")]
     assert len(outcomes) == 2 and all(isinstance(o, MessageRef) for o in outcomes)
@@ -109,7 +109,7 @@ async def test_rendering_none_sends_nothing(tmp_path: Path, console) -> None:
     async with ChannelSender(provider, channel=C, budget=SLACK_BUDGET) as sender:
         sender.submit("k", text=lambda: None, on_outcome=outcomes.append)
         await anyio.sleep(1)
-        assert sender.stats.skipped == 1
+        assert sender.statistics().skipped == 1
     assert outcomes == [None] and entries(tmp_path) == []
 
 
@@ -135,7 +135,7 @@ async def test_rate_limited_with_retry_after_pauses_then_resends(tmp_path: Path,
     async with ChannelSender(provider, channel=C, budget=SLACK_BUDGET) as sender:
         provider.script_fault(C, RateLimited(retry_after=5.0))
         ref = await sender.send(Post("hello"))
-        assert anyio.current_time() == 5.0 and sender.stats.rate_limit_pauses == 1
+        assert anyio.current_time() == 5.0 and sender.statistics().rate_limit_pauses == 1
         assert provider.text_of(ref.message_id) == "hello"
 
 
@@ -211,7 +211,7 @@ async def test_forbidden_marks_unhealthy_until_the_recheck(tmp_path: Path, conso
         assert outcomes == []
         await anyio.sleep_until(601.0)
         assert sender.healthy and sender.health_reason is None
-        assert sender.stats.forbidden == 1
+        assert sender.statistics().forbidden == 1
     got = entries(tmp_path)
     assert [(e.t, e.op) for e in got] == [(0.0, "error"), (600.0, "post")]
     assert len(outcomes) == 1 and isinstance(outcomes[0], MessageRef)
@@ -348,8 +348,8 @@ async def test_a_rejected_message_fails_alone_and_the_channel_stays_healthy(
         await anyio.sleep(3)  # the edit waits out the spacing after the post, then is refused
         sender.submit("other", text="another agent", on_outcome=outcomes.append)
         await anyio.sleep(1)
-        assert sender.healthy and sender.stats.rejected == 2
-        assert sender.stats.backoffs == 0 and sender.stats.unreachable == 0
+        assert sender.healthy and sender.statistics().rejected == 2
+        assert sender.statistics().backoffs == 0 and sender.statistics().unreachable == 0
     assert [type(o) for o in outcomes] == [MessageRejected, MessageRef]
     assert [(e.t, e.op, e.text) for e in entries(tmp_path)] == [
         (0.0, "error", "far too long"),
