@@ -174,8 +174,6 @@ async def run_demo(
     """
     out = output if output is not None else sys.stdout
     source = stdin if stdin is not None else sys.stdin
-    read_input = interactive is not False
-    prompt = read_input and source.isatty()
     data_dir = data_dir or Path(tempfile.mkdtemp(prefix="chatbridge-demo-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     transcript = data_dir / "transcript.jsonl"
@@ -190,19 +188,78 @@ async def run_demo(
         providers={DEMO_PROFILE: provider},
         agents={} if agent_process else {DEMO_CHANNEL: echo_agent},
     )
-    counter = 0
-    users = 0
-    events_sent = 0
-    typed_lines = 0
+    demo = _DemoRun(gateway, provider, out=out, source=source if interactive is not False else None)
+    print(
+        f"chatbridge demo: a simulated fleet posting to #{DEMO_CHANNEL} through the real gateway"
+        + (" (type a message and press Enter to talk to the echo agent)" if demo.prompt else ""),
+        file=out,
+        flush=True,
+    )
+    await demo.run(seconds=None if forever else seconds, agent_process=agent_process)
+    report = await _report(
+        anyio.current_time() - demo.started,
+        data_dir,
+        transcript,
+        events=demo.events_sent,
+        users=demo.users,
+    )
+    print(report.render(), file=out, flush=True)
+    return report
 
-    async def say(text: str) -> None:
-        nonlocal counter, users
-        if not gateway.accepting:
+
+class _DemoRun:
+    """One run of the demo against ``gateway``: the scripted fleet and user, the lines typed
+    on ``source`` (``None``: stdin is ignored), and the counts the report shows."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        provider: ConsoleProvider,
+        *,
+        out: TextIO,
+        source: TextIO | None,
+    ) -> None:
+        self.gateway = gateway
+        self.provider = provider
+        self.out = out
+        self.source = source
+        self.prompt = source is not None and source.isatty()
+        self.started = anyio.current_time()
+        self.users = 0
+        self.events_sent = 0
+        self.typed_lines = 0
+
+    async def run(self, *, seconds: float | None, agent_process: bool) -> None:
+        """Serve the gateway while the script plays, for ``seconds`` (``None``: until
+        stopped); returns after the gateway's graceful stop."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._drive, tg, seconds, agent_process)
+            await self.gateway.run()  # returns after the graceful stop
+            tg.cancel_scope.cancel()
+
+    async def _drive(
+        self, tg: anyio.abc.TaskGroup, seconds: float | None, agent_process: bool
+    ) -> None:
+        gateway = self.gateway
+        await gateway.ready.wait()
+        agent = await _start_agent_process(gateway, self.out) if agent_process else None
+        self.started = anyio.current_time()
+        tg.start_soon(self._play)
+        if self.source is not None:
+            tg.start_soon(self._typed, self.source)
+        if seconds is not None:
+            await anyio.sleep_until(self.started + seconds)
+            if agent is not None:
+                await _stop_agent_process(agent)
+            gateway.stop()
+
+    async def _say(self, text: str) -> None:
+        """A user message in the demo channel, as the console provider would hand it over."""
+        if not self.gateway.accepting:
             return
-        counter += 1
-        users += 1
+        self.users += 1
         message = InboundMessage(
-            message_id=f"demo-{time.time_ns()}-{counter}",
+            message_id=f"demo-{time.time_ns()}-{self.users}",
             channel=DEMO_CHANNEL,
             author="you",
             text=text,
@@ -210,71 +267,40 @@ async def run_demo(
             platform="console",
             profile=DEMO_PROFILE,
         )
-        print(f"         #{DEMO_CHANNEL} > you: {text}", file=out, flush=True)
-        await gateway.inbound(DEMO_PROFILE, message)
+        print(f"         #{DEMO_CHANNEL} > you: {text}", file=self.out, flush=True)
+        await self.gateway.inbound(DEMO_PROFILE, message)
 
-    print(
-        f"chatbridge demo: a simulated fleet posting to #{DEMO_CHANNEL} through the real gateway"
-        + (" (type a message and press Enter to talk to the echo agent)" if prompt else ""),
-        file=out,
-        flush=True,
-    )
-    started = anyio.current_time()
-
-    async def play() -> None:
-        nonlocal events_sent
+    async def _play(self) -> None:
+        """The script: fleet events, the scripted rate limit, and the scripted user's lines
+        (until a real user has spoken)."""
         # (when, what): a fleet event, a user message, or None for the scripted rate limit
         timeline: list[tuple[float, Event | str | None]] = [*FLEET, (RATE_LIMIT_AT, None)]
         timeline += SCRIPTED_USER
         for at, what in sorted(timeline, key=lambda item: item[0]):
-            await anyio.sleep_until(started + at)
-            if not gateway.accepting:  # stopped before the script ended (--seconds)
+            await anyio.sleep_until(self.started + at)
+            if not self.gateway.accepting:  # stopped before the script ended (--seconds)
                 return
             if what is None:
-                provider.script_fault(
+                self.provider.script_fault(
                     DEMO_CHANNEL,
                     RateLimited("scripted by the demo", retry_after=RATE_LIMIT_SECONDS),
                 )
             elif isinstance(what, str):
-                if not typed_lines:  # a real user has the floor once they have spoken
-                    await say(what)
+                if not self.typed_lines:  # a real user has the floor once they have spoken
+                    await self._say(what)
             else:
-                await gateway.accept_events([parse_event(what)])
-                events_sent += 1
+                await self.gateway.accept_events([parse_event(what)])
+                self.events_sent += 1
 
-    async def typed() -> None:
-        nonlocal typed_lines
+    async def _typed(self, source: TextIO) -> None:
+        """Each non-empty line read from ``source``, said by the user."""
         while True:
             line = await anyio.to_thread.run_sync(source.readline, abandon_on_cancel=True)
             if not line:
                 return
             if line.strip():
-                typed_lines += 1
-                await say(line.strip())
-
-    async def drive(tg: anyio.abc.TaskGroup) -> None:
-        nonlocal started
-        await gateway.ready.wait()
-        agent = await _start_agent_process(gateway, out) if agent_process else None
-        started = anyio.current_time()
-        tg.start_soon(play)
-        if read_input:
-            tg.start_soon(typed)
-        if not forever:
-            await anyio.sleep_until(started + seconds)
-            if agent is not None:
-                await _stop_agent_process(agent)
-            gateway.stop()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(drive, tg)
-        await gateway.run()  # returns after the graceful stop
-        tg.cancel_scope.cancel()
-    report = await _report(
-        anyio.current_time() - started, data_dir, transcript, events=events_sent, users=users
-    )
-    print(report.render(), file=out, flush=True)
-    return report
+                self.typed_lines += 1
+                await self._say(line.strip())
 
 
 async def _start_agent_process(gateway: Gateway, out: TextIO) -> anyio.abc.Process:

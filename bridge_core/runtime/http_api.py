@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from bridge_core.events import EventError, FleetEvent, UnknownEvent, parse_event
 from bridge_core.provider import HttpRequest, HttpRoute
@@ -286,6 +287,25 @@ def build_app(
 ) -> web.Application:
     """The aiohttp application serving ``backend``; ``agent_socket`` serves ``GET /v1/agents``
     (``runtime.agent_socket``), which checks its own tokens before the upgrade."""
+    guard = _guard(token=token, own_auth=(AGENT_SOCKET_PATH,) if agent_socket else ())
+    routes = _Routes(backend, max_body=max_body)
+    app = web.Application(middlewares=[guard], client_max_size=max_body)
+    app.router.add_post("/v1/events", routes.post_events)
+    app.router.add_post("/v1/messages", routes.post_messages)
+    app.router.add_get("/healthz", routes.get_health)
+    app.router.add_get("/v1/status", routes.get_status)
+    app.router.add_get("/metrics", routes.get_metrics)
+    if agent_socket is not None:
+        app.router.add_get(AGENT_SOCKET_PATH, agent_socket)
+    for route in provider_routes:
+        app.router.add_route(route.method, route.path, _adapt(route))
+    return app
+
+
+def _guard(*, token: str | None, own_auth: Sequence[str]) -> Middleware:
+    """The middleware every request passes: headers that are text, the bearer token on
+    ``/v1/*`` and ``/metrics`` (but not on ``own_auth`` paths, which check their own), and
+    every ``ApiError`` or unexpected error answered as JSON."""
     expected = f"Bearer {token}".encode() if token else None
 
     @web.middleware
@@ -294,7 +314,7 @@ def build_app(
         if bad_header is not None:
             return _error(bad_header)
         protected = request.path.startswith("/v1/") or request.path == "/metrics"
-        if agent_socket is not None and request.path == AGENT_SOCKET_PATH:
+        if request.path in own_auth:
             protected = False  # the socket accepts per-agent tokens too, and checks them itself
         if expected is not None and protected:
             given = request.headers.get("Authorization")
@@ -312,26 +332,36 @@ def build_app(
             log.exception("unexpected error answering %s %s", request.method, request.path)
             return web.json_response({"error": "internal error; see the gateway log"}, status=500)
 
-    async def post_events(request: web.Request) -> web.Response:
-        events = parse_events_body(await _read_json(request, max_body))
-        await backend.accept_events(events)
+    return guard
+
+
+class _Routes:
+    """The API's own routes, each a thin shell over one ``ApiBackend`` call."""
+
+    def __init__(self, backend: ApiBackend, *, max_body: int) -> None:
+        self.backend = backend
+        self.max_body = max_body
+
+    async def post_events(self, request: web.Request) -> web.Response:
+        events = parse_events_body(await _read_json(request, self.max_body))
+        await self.backend.accept_events(events)
         ignored = sum(1 for e in events if isinstance(e, UnknownEvent))
         return web.json_response({"accepted": len(events), "ignored": ignored}, status=202)
 
-    async def post_messages(request: web.Request) -> web.Response:
-        data = await _read_json(request, max_body)
+    async def post_messages(self, request: web.Request) -> web.Response:
+        data = await _read_json(request, self.max_body)
         message = parse_message_request(
             data,
-            channels=backend.channel_names(),
+            channels=self.backend.channel_names(),
             header_key=request.headers.get("Idempotency-Key"),
         )
-        receipt = await backend.accept_message(message)
+        receipt = await self.backend.accept_message(message)
         return web.json_response(
             {"obligation": receipt.obligation, "duplicate": receipt.duplicate}, status=202
         )
 
-    async def get_health(request: web.Request) -> web.Response:
-        health = await backend.health()
+    async def get_health(self, request: web.Request) -> web.Response:
+        health = await self.backend.health()
         unhealthy = health.unhealthy
         body = {
             "status": "unhealthy" if unhealthy else "ok",
@@ -341,24 +371,12 @@ def build_app(
         }
         return web.json_response(body, status=503 if unhealthy else 200)
 
-    async def get_status(request: web.Request) -> web.Response:
-        return web.json_response(await backend.status())
+    async def get_status(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.backend.status())
 
-    async def get_metrics(request: web.Request) -> web.Response:
-        body = await backend.metrics_text()
+    async def get_metrics(self, request: web.Request) -> web.Response:
+        body = await self.backend.metrics_text()
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
-
-    app = web.Application(middlewares=[guard], client_max_size=max_body)
-    app.router.add_post("/v1/events", post_events)
-    app.router.add_post("/v1/messages", post_messages)
-    app.router.add_get("/healthz", get_health)
-    app.router.add_get("/v1/status", get_status)
-    app.router.add_get("/metrics", get_metrics)
-    if agent_socket is not None:
-        app.router.add_get(AGENT_SOCKET_PATH, agent_socket)
-    for route in provider_routes:
-        app.router.add_route(route.method, route.path, _adapt(route))
-    return app
 
 
 def _adapt(route: HttpRoute) -> Handler:

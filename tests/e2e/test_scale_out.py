@@ -70,10 +70,14 @@ def admitted(processes: list[GatewayProcess]) -> int:
     return total
 
 
-def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess]) -> None:
-    redis_url, postgres_url = require_redis(), require_postgres()
+Write = tuple[float, str, dict[str, object]]  # (at, process name, transcript line)
+
+
+def start_three(
+    tmp_path: Path, gateways: list[GatewayProcess], *, redis_url: str, postgres_url: str
+) -> list[GatewayProcess]:
+    """Processes a, b and c on one Redis and one PostgreSQL, each notifier placed on one."""
     prefix = f"e2e{secrets.token_hex(4)}"
-    rng = random.Random(7)
     args = [
         "--key-prefix", prefix, "--ledger-table-prefix", f"{prefix}_", "--ledger-lease", "2",
         "--ledger-sweep-interval", "0.5", "--settle", "0.5", "--heartbeat", "0.5",
@@ -94,38 +98,37 @@ def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess
         lambda: all(len(h) == 1 for h in notifier_hosts(processes).values()),
         what="each channel's notifier placed on one gateway",
     )
+    return processes
 
-    def send_turn(i: int, to: list[GatewayProcess]) -> None:
-        line = json.dumps({"id": f"u{i}", "text": f"turn {i}", "author": f"user{i % 5}"})
-        for gw in to:
-            gw.say(line)
 
-    def post_events(batch: int, to: GatewayProcess) -> None:
-        events = [
-            {"kind": "AgentSpawned", "agent": f"g{batch}-{k}", "workspace": f"w{k % 2}"}
+def send_turn(i: int, to: list[GatewayProcess]) -> None:
+    line = json.dumps({"id": f"u{i}", "text": f"turn {i}", "author": f"user{i % 5}"})
+    for gw in to:
+        gw.say(line)
+
+
+def post_events(batch: int, to: GatewayProcess) -> None:
+    events = [
+        {"kind": "AgentSpawned", "agent": f"g{batch}-{k}", "workspace": f"w{k % 2}"}
+        for k in range(3)
+    ]
+    events += [{"kind": "StatusChanged", "agent": f"g{batch}-0", "status": "busy"}]
+    if batch > 0:
+        events += [
+            {"kind": "AgentFinished", "agent": f"g{batch - 1}-{k}", "outcome": "done"}
             for k in range(3)
         ]
-        events += [{"kind": "StatusChanged", "agent": f"g{batch}-0", "status": "busy"}]
-        if batch > 0:
-            events += [
-                {"kind": "AgentFinished", "agent": f"g{batch - 1}-{k}", "outcome": "done"}
-                for k in range(3)
-            ]
-        assert to.post("/v1/events", events).status_code == 202
+    assert to.post("/v1/events", events).status_code == 202
 
-    # phase one: every turn to every process; events to any of them
-    for i in range(12):
-        send_turn(i, processes)
-        if i % 3 == 0:
-            post_events(i // 3, rng.choice(processes))
-    wait_for(lambda: admitted(processes) == 12, what="the first turns admitted")
+
+def kill_the_ops_host(tmp_path: Path, processes: list[GatewayProcess]) -> int:
+    """SIGKILL the process hosting ops's notifier once it has notified there; its index."""
     # A member whose heartbeat was starved rejoins with a new settle delay, during which the
     # channel has no host (never two): read the host when there is exactly one.
-    victim_index = wait_for(
+    victim_index: int = wait_for(
         lambda: (lambda h: [h[0]] if len(h) == 1 else None)(notifier_hosts(processes)["ops"]),
         what="one host for ops",
     )[0]
-    victim = processes[victim_index]
     # Kill it only once it has notified "ops" (the first post waits out the 2 s hold), so the
     # takeover is of a channel it was really writing to, not of one it never touched.
     wait_for(
@@ -137,38 +140,33 @@ def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess
         ),
         what="the victim's first notification in ops",
     )
-    victim.kill()  # mid-run: turns may be in flight, and it hosts a notifier
-    survivors = [gw for gw in processes if gw is not victim]
-    wait_for(lambda: _placed_on(survivors), what="the victim's channels placed on a survivor")
-    # phase two: each turn to one surviving process at random; events keep flowing
-    for i in range(12, 24):
-        send_turn(i, [rng.choice(survivors)])
-        if i % 3 == 0:
-            post_events(i // 3, rng.choice(survivors))
-    post_events(8, survivors[0])  # finish the last batch of agents
+    processes[victim_index].kill()  # mid-run: turns may be in flight, and it hosts a notifier
+    return victim_index
 
-    def answers() -> Counter[str]:
-        found: Counter[str] = Counter()
-        for name in "abc":
-            for line in transcript_lines(tmp_path / f"t-{name}.jsonl"):
-                if line["op"] == "post":
-                    text = line["text"]
-                    body = text.split("\n", 1)[1] if is_marked(text) else text
-                    match = ECHO.match(body)
-                    if match:
-                        found[match.group(1)] += 1
-        return found
 
-    wait_for(lambda: len(answers()) == 24, timeout=40, what="every turn answered")
-    for gw in survivors:
-        gw.signal(signal.SIGTERM)
-    assert [gw.wait(30) for gw in survivors] == [0, 0]
+def answers(tmp_path: Path) -> Counter[str]:
+    """How many times each turn was answered, across the three transcripts."""
+    found: Counter[str] = Counter()
+    for name in "abc":
+        for line in transcript_lines(tmp_path / f"t-{name}.jsonl"):
+            if line["op"] == "post":
+                text = line["text"]
+                body = text.split("\n", 1)[1] if is_marked(text) else text
+                match = ECHO.match(body)
+                if match:
+                    found[match.group(1)] += 1
+    return found
 
-    # every turn answered exactly once, or again only under the recovery marker
+
+def transcripts(
+    tmp_path: Path,
+) -> tuple[Counter[str], Counter[str], dict[str, list[Write]], dict[str, list[Write]]]:
+    """The answers, plain and marked, by turn; the notifications by channel; and every write
+    by channel."""
     unmarked: Counter[str] = Counter()
     marked: Counter[str] = Counter()
-    writes: dict[str, list[tuple[float, str, dict[str, object]]]] = defaultdict(list)
-    every: dict[str, list[tuple[float, str, dict[str, object]]]] = defaultdict(list)
+    writes: dict[str, list[Write]] = defaultdict(list)
+    every: dict[str, list[Write]] = defaultdict(list)
     for name in "abc":
         for line in transcript_lines(tmp_path / f"t-{name}.jsonl"):
             text = line["text"] or ""
@@ -180,43 +178,80 @@ def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess
                 (marked if is_marked(text) else unmarked)[match.group(1)] += 1
             elif line["op"] in ("post", "edit", "error"):
                 writes[line["channel"]].append((line["at"], name, line))
+    return unmarked, marked, writes, every
+
+
+def as_entries(channel: str, writes: list[Write]) -> list[TranscriptEntry]:
+    return [
+        TranscriptEntry(
+            t=at, op=str(line["op"]), channel=channel,
+            message_id=line["message_id"], text=str(line["text"]),  # type: ignore[arg-type]
+        )
+        for at, _, line in sorted(writes, key=lambda w: w[0])
+    ]  # fmt: skip
+
+
+def check_notifications(
+    channel: str, writes: list[Write], every: list[Write], *, victim: str
+) -> None:
+    """One process at a time notified ``channel``, never back; within the budget, alone and
+    with every process's replies together."""
+    timeline = sorted(writes, key=lambda w: w[0])
+    assert timeline, f"channel {channel} got no notifications"
+    order = [name for _, name, _ in timeline]
+    runs = [name for k, name in enumerate(order) if k == 0 or order[k - 1] != name]
+    assert len(runs) == len(set(runs)) <= 2, f"{channel} notified by {runs}"
+    if len(runs) == 2:
+        assert runs[0] == victim
+    if channel == "ops":  # its host was the victim: a survivor took the channel over
+        assert runs[0] == victim and len(runs) == 2, runs
+    entries = as_entries(channel, timeline)
+    # Every send is granted on Redis's clock (ADR 0055) and written a round trip later on
+    # the process's, so the budget holds to a few ms of jitter here, not to the microsecond.
+    assert check_budget(entries, BUDGET, tolerance=0.01) == []
+    assert check_edit_spacing(entries, BUDGET.edit_spacing) == []
+    # Replies and notifications of every process together: one budget shared through Redis.
+    together = as_entries(channel, every)
+    peak = max_in_window([e.t for e in together], 1.0)
+    print(f"{channel}: {len(together)} writes from every process, at most {peak} in 1 s")
+    assert check_budget(together, BUDGET, tolerance=0.01) == []
+
+
+def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess]) -> None:
+    redis_url, postgres_url = require_redis(), require_postgres()
+    rng = random.Random(7)
+    processes = start_three(tmp_path, gateways, redis_url=redis_url, postgres_url=postgres_url)
+    # phase one: every turn to every process; events to any of them
+    for i in range(12):
+        send_turn(i, processes)
+        if i % 3 == 0:
+            post_events(i // 3, rng.choice(processes))
+    wait_for(lambda: admitted(processes) == 12, what="the first turns admitted")
+    victim_index = kill_the_ops_host(tmp_path, processes)
+    victim = processes[victim_index]
+    survivors = [gw for gw in processes if gw is not victim]
+    wait_for(lambda: _placed_on(survivors), what="the victim's channels placed on a survivor")
+    # phase two: each turn to one surviving process at random; events keep flowing
+    for i in range(12, 24):
+        send_turn(i, [rng.choice(survivors)])
+        if i % 3 == 0:
+            post_events(i // 3, rng.choice(survivors))
+    post_events(8, survivors[0])  # finish the last batch of agents
+
+    wait_for(lambda: len(answers(tmp_path)) == 24, timeout=40, what="every turn answered")
+    for gw in survivors:
+        gw.signal(signal.SIGTERM)
+    assert [gw.wait(30) for gw in survivors] == [0, 0]
+
+    # every turn answered exactly once, or again only under the recovery marker
+    unmarked, marked, writes, every = transcripts(tmp_path)
     assert sorted(unmarked | marked) == sorted(f"turn {i}" for i in range(24))
     assert max(unmarked.values()) == 1, f"a turn answered twice without the marker: {unmarked}"
     print(f"turns answered: {sum(unmarked.values())} plain, {sum(marked.values())} marked")
 
     # notifications: one process at a time per channel, never back; within the budget
     for channel in CHANNELS:
-        timeline = sorted(writes[channel], key=lambda w: w[0])
-        assert timeline, f"channel {channel} got no notifications"
-        order = [name for _, name, _ in timeline]
-        runs = [name for k, name in enumerate(order) if k == 0 or order[k - 1] != name]
-        assert len(runs) == len(set(runs)) <= 2, f"{channel} notified by {runs}"
-        if len(runs) == 2:
-            assert runs[0] == "abc"[victim_index]
-        if channel == "ops":  # its host was the victim: a survivor took the channel over
-            assert runs[0] == "abc"[victim_index] and len(runs) == 2, runs
-        entries = [
-            TranscriptEntry(
-                t=at, op=str(line["op"]), channel=channel,
-                message_id=line["message_id"], text=str(line["text"]),  # type: ignore[arg-type]
-            )
-            for at, _, line in timeline
-        ]  # fmt: skip
-        # Every send is granted on Redis's clock (ADR 0055) and written a round trip later on
-        # the process's, so the budget holds to a few ms of jitter here, not to the microsecond.
-        assert check_budget(entries, BUDGET, tolerance=0.01) == []
-        assert check_edit_spacing(entries, BUDGET.edit_spacing) == []
-        # Replies and notifications of every process together: one budget shared through Redis.
-        together = [
-            TranscriptEntry(
-                t=at, op=str(line["op"]), channel=channel,
-                message_id=line["message_id"], text=str(line["text"]),  # type: ignore[arg-type]
-            )
-            for at, _, line in sorted(every[channel], key=lambda w: w[0])
-        ]  # fmt: skip
-        peak = max_in_window([e.t for e in together], 1.0)
-        print(f"{channel}: {len(together)} writes from every process, at most {peak} in 1 s")
-        assert check_budget(together, BUDGET, tolerance=0.01) == []
+        check_notifications(channel, writes[channel], every[channel], victim="abc"[victim_index])
 
 
 def _placed_on(survivors: list[GatewayProcess]) -> bool:

@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,163 +62,157 @@ class Worker:
         return self.out.exists() and "joined" in self.out.read_text()
 
 
-@pytest.mark.redis
-@pytest.mark.timeout(120 + MESSAGES * SPACING * 2)
-def test_a_group_of_processes_loses_no_turn_and_duplicates_only_in_documented_windows(
-    tmp_path: Path,
-) -> None:
-    url = require_redis()
-    seed = int(os.environ.get("BRIDGE_GROUP_TEST_SEED", time.time_ns() % 1_000_000))
-    rng = random.Random(seed)
-    prefix = "test-procs-" + uuid.uuid4().hex[:10]
-    channel = "C-procs"
-    t0 = time.monotonic() + 1e6  # replaced once the first workers have joined
-    plan = [
-        {"id": f"msg{i}", "author": f"user{rng.randrange(60)}", "at": i * SPACING}
-        for i in range(MESSAGES)
-    ]
-    shares: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for item in plan:
-        for slot in rng.sample(range(SLOTS), 2):
-            shares[slot].append(item)
-    base = {
-        "url": url,
-        "prefix": prefix,
-        "channel": channel,
-        "settle": SETTLE,
-        "heartbeat": HEARTBEAT,
-        "expiry": EXPIRY,
-        "answer_delay": [0.02, 0.3],
-    }
-    generation = Counter[int]()
-    workers: list[Worker] = []
-    schedule = tmp_path / "t0"
+@dataclass
+class LogAccount:
+    """What the log says happened: each message's turn, each turn's frames (member, position),
+    where each member's expiry was recorded, and the leaves by reason."""
 
-    def start(slot: int) -> Worker:
-        generation[slot] += 1
+    turns_by_message: dict[str, int] = field(default_factory=dict)
+    frames: dict[int, list[tuple[str, int]]] = field(default_factory=lambda: defaultdict(list))
+    expired_at: dict[str, int] = field(default_factory=dict)
+    leaves: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class WorkersAccount:
+    """What the workers say happened: deliveries and answers per message (by member), and the
+    members of workers that were killed."""
+
+    deliveries: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    answers: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    killed_members: set[str] = field(default_factory=set)
+
+
+class Group:
+    """The worker slots of one agent group, with the plan each slot's workers admit."""
+
+    def __init__(self, tmp_path: Path, rng: random.Random, base: dict[str, Any]) -> None:
+        self.tmp_path = tmp_path
+        self.rng = rng
+        self.base = base
+        self.plan = [
+            {"id": f"msg{i}", "author": f"user{rng.randrange(60)}", "at": i * SPACING}
+            for i in range(MESSAGES)
+        ]
+        self.shares: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for item in self.plan:
+            for slot in rng.sample(range(SLOTS), 2):
+                self.shares[slot].append(item)
+        self.generation = Counter[int]()
+        self.workers: list[Worker] = []
+        self.schedule = tmp_path / "t0"
+        self.current = {slot: self.start(slot) for slot in range(SLOTS)}
+        self.kills = self.graceful = 0
+
+    def start(self, slot: int) -> Worker:
+        self.generation[slot] += 1
+        name = f"w{slot}g{self.generation[slot]}"
         config = {
-            **base,
-            "name": f"w{slot}g{generation[slot]}",
-            "seed": rng.randrange(1 << 30),
-            "plan": shares[slot],
-            "t0_file": str(schedule),
+            **self.base,
+            "name": name,
+            "seed": self.rng.randrange(1 << 30),
+            "plan": self.shares[slot],
+            "t0_file": str(self.schedule),
             "clock_shift": 0.35 if slot == 0 else 0.0,
         }
-        out = tmp_path / f"w{slot}g{generation[slot]}.log"
-        worker = Worker(slot, generation[slot], config, out)
-        workers.append(worker)
+        worker = Worker(slot, self.generation[slot], config, self.tmp_path / f"{name}.log")
+        self.workers.append(worker)
         return worker
 
-    current = {slot: start(slot) for slot in range(SLOTS)}
-    kills = graceful = 0
-    client = redis.Redis.from_url(url, decode_responses=True)
-    stream = f"{prefix}:{{{channel}}}:log"
-
-    def log_account() -> tuple[set[int], set[int]]:
-        turns, frames = set(), set()
-        for entry_id, fields in client.xrange(stream):
-            if fields["k"] == "t":
-                turns.add(seq_of(entry_id))
-            elif fields["k"] == "f":
-                frames.add(int(fields["s"]))
-        return turns, frames
-
-    try:
+    def start_the_plan(self) -> float:
+        """Once the first workers joined (or 30 s passed), start every worker's plan; returns
+        when its last message is due."""
         deadline = time.monotonic() + 30
-        while not all(w.joined() for w in current.values()) and time.monotonic() < deadline:
+        while not all(w.joined() for w in self.current.values()) and time.monotonic() < deadline:
             time.sleep(0.05)
         t0 = time.monotonic() + 0.2
-        schedule.write_text(repr(t0))  # the workers' plans start now (monotonic is system-wide)
-        end = t0 + plan[-1]["at"]
+        self.schedule.write_text(repr(t0))  # the plans start now (monotonic is system-wide)
+        return t0 + self.plan[-1]["at"]
+
+    def chaos_until(self, end: float) -> None:
+        """Kill or stop a random joined worker every 1-2 s and start its replacement."""
+        rng = self.rng
         while time.monotonic() < end:
             time.sleep(rng.uniform(1.0, 2.0))
-            joined = [slot for slot, w in current.items() if w.joined() and w.alive()]
+            joined = [slot for slot, w in self.current.items() if w.joined() and w.alive()]
             if len(joined) < 2:
                 continue  # keep a quorum of the slots busy, let the others start
             slot = rng.choice(joined)
-            worker = current[slot]
+            worker = self.current[slot]
             # kills and clean stops in a fixed rhythm (at random moments, of random workers)
-            if (kills + graceful) % 3 != 1:
+            if (self.kills + self.graceful) % 3 != 1:
                 worker.process.send_signal(signal.SIGKILL)
-                kills += 1
+                self.kills += 1
             else:
                 worker.process.send_signal(signal.SIGTERM)
-                graceful += 1
+                self.graceful += 1
             time.sleep(rng.uniform(0.05, 0.5))
-            current[slot] = start(slot)
-        # every planned message admitted and every turn answered (takeovers need an expiry)
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            turns, frames = log_account()
-            if len(turns) == MESSAGES and turns <= frames:
-                break
-            time.sleep(0.2)
-    finally:
-        for worker in current.values():
+            self.current[slot] = self.start(slot)
+
+    def stop(self) -> None:
+        """Every live worker leaves (SIGTERM); one that does not exit in 15 s is killed."""
+        for worker in self.current.values():
             if worker.alive():
                 worker.process.send_signal(signal.SIGTERM)
-        for worker in workers:
+        for worker in self.workers:
             try:
                 worker.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 worker.process.kill()
                 worker.process.wait()
-    for worker in workers:
-        worker.killed = (worker.process.returncode or 0) < 0  # SIGKILL, or SIGTERM before setup
-    entries = client.xrange(stream)
-    if not os.environ.get("BRIDGE_KEEP_KEYS"):
-        for key in client.scan_iter(match=f"{prefix}:*"):
-            client.delete(key)
-    print("prefix", prefix)
-    client.close()
+        for worker in self.workers:
+            worker.killed = (worker.process.returncode or 0) < 0  # SIGKILL, or SIGTERM early
 
-    # ------------------------------------------------------------------ the log's account
+
+def log_account(entries: list[tuple[str, dict[str, str]]]) -> LogAccount:
+    account = LogAccount()
     position = {entry_id: index for index, (entry_id, _f) in enumerate(entries)}
-    turns_by_message: dict[str, int] = {}
-    frames: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    expired_at: dict[str, int] = {}
-    leaves = Counter[str]()
     for entry_id, fields in entries:
         kind = fields["k"]
         if kind == "t":
-            assert fields["m"] not in turns_by_message, "one message became two turns"
-            turns_by_message[fields["m"]] = seq_of(entry_id)
+            assert fields["m"] not in account.turns_by_message, "one message became two turns"
+            account.turns_by_message[fields["m"]] = seq_of(entry_id)
         elif kind == "f":
-            frames[int(fields["s"])].append((fields["mb"], position[entry_id]))
+            account.frames[int(fields["s"])].append((fields["mb"], position[entry_id]))
         elif kind == "l":
-            leaves[fields["r"]] += 1
+            account.leaves[fields["r"]] += 1
             if fields["r"] == "expired":
-                expired_at[fields["mb"]] = position[entry_id]
+                account.expired_at[fields["mb"]] = position[entry_id]
+    return account
 
-    # ------------------------------------------------------------------ the workers' account
-    deliveries: dict[str, list[str]] = defaultdict(list)
-    answers: dict[str, list[str]] = defaultdict(list)
-    killed_members: set[str] = set()
+
+def workers_account(workers: list[Worker]) -> WorkersAccount:
+    account = WorkersAccount()
     for worker in workers:
         lines = worker.out.read_text().splitlines() if worker.out.exists() else []
         for line in lines:
             parts = line.split()
             if parts[0] == "deliver":
-                deliveries[parts[1]].append(parts[3])
+                account.deliveries[parts[1]].append(parts[3])
             elif parts[0] == "answer":
-                answers[parts[1]].append(parts[3])
+                account.answers[parts[1]].append(parts[3])
             if worker.killed and len(parts) >= 2:
-                killed_members.add(parts[-1])
+                account.killed_members.add(parts[-1])
         if not worker.killed:  # a worker stopped by SIGTERM leaves cleanly and exits 0
             assert worker.process.returncode == 0, worker.out.with_suffix(".err").read_text()
+    return account
 
-    lost = [m for m, seq in turns_by_message.items() if not frames.get(seq)]
+
+def classify(log: LogAccount, seen: WorkersAccount) -> tuple[Counter[str], list[str]]:
+    """Each extra delivery or answer in its documented window (docs/adr/0034), and what fits
+    none of them."""
+    frames, expired_at = log.frames, log.expired_at
     windows = Counter[str]()
     unclassified: list[str] = []
-    for message_id, seq in turns_by_message.items():
+    for message_id, seq in log.turns_by_message.items():
         answered_by = {member for member, _pos in frames.get(seq, [])}
-        twice = [m for m, n in Counter(deliveries[message_id]).items() if n > 1]
+        twice = [m for m, n in Counter(seen.deliveries[message_id]).items() if n > 1]
         if twice:
             unclassified.append(f"{message_id}: delivered to the same member twice: {twice}")
-        for member in deliveries[message_id]:
+        for member in seen.deliveries[message_id]:
             if member in answered_by:
                 continue
-            if member in killed_members:
+            if member in seen.killed_members:
                 windows["killed-in-flight"] += 1
             else:
                 unclassified.append(f"{message_id}: delivered to {member}, never answered by it")
@@ -229,24 +224,81 @@ def test_a_group_of_processes_loses_no_turn_and_duplicates_only_in_documented_wi
                 unclassified.append(
                     f"{message_id}: answered {len(frames[seq])} times: {frames[seq]}"
                 )
+    return windows, unclassified
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(120 + MESSAGES * SPACING * 2)
+def test_a_group_of_processes_loses_no_turn_and_duplicates_only_in_documented_windows(
+    tmp_path: Path,
+) -> None:
+    url = require_redis()
+    seed = int(os.environ.get("BRIDGE_GROUP_TEST_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    prefix = "test-procs-" + uuid.uuid4().hex[:10]
+    channel = "C-procs"
+    base = {
+        "url": url,
+        "prefix": prefix,
+        "channel": channel,
+        "settle": SETTLE,
+        "heartbeat": HEARTBEAT,
+        "expiry": EXPIRY,
+        "answer_delay": [0.02, 0.3],
+    }
+    group = Group(tmp_path, rng, base)
+    client = redis.Redis.from_url(url, decode_responses=True)
+    stream = f"{prefix}:{{{channel}}}:log"
+
+    def turns_and_frames() -> tuple[set[int], set[int]]:
+        turns, frames = set(), set()
+        for entry_id, fields in client.xrange(stream):
+            if fields["k"] == "t":
+                turns.add(seq_of(entry_id))
+            elif fields["k"] == "f":
+                frames.add(int(fields["s"]))
+        return turns, frames
+
+    try:
+        group.chaos_until(group.start_the_plan())
+        # every planned message admitted and every turn answered (takeovers need an expiry)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            turns, frames = turns_and_frames()
+            if len(turns) == MESSAGES and turns <= frames:
+                break
+            time.sleep(0.2)
+    finally:
+        group.stop()
+    entries = client.xrange(stream)
+    if not os.environ.get("BRIDGE_KEEP_KEYS"):
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+    print("prefix", prefix)
+    client.close()
+
+    log = log_account(entries)
+    seen = workers_account(group.workers)
+    lost = [m for m, seq in log.turns_by_message.items() if not log.frames.get(seq)]
+    windows, unclassified = classify(log, seen)
     report = {
         "seed": seed,
-        "turns": len(turns_by_message),
-        "deliveries": sum(len(v) for v in deliveries.values()),
-        "answers (frames)": sum(len(v) for v in frames.values()),
+        "turns": len(log.turns_by_message),
+        "deliveries": sum(len(v) for v in seen.deliveries.values()),
+        "answers (frames)": sum(len(v) for v in log.frames.values()),
         "lost": len(lost),
         "duplicate windows": dict(windows),
         "unclassified": len(unclassified),
-        "processes": len(workers),
-        "sigkills": kills,
-        "sigterms": graceful,
-        "leave records": dict(leaves),
+        "processes": len(group.workers),
+        "sigkills": group.kills,
+        "sigterms": group.graceful,
+        "leave records": dict(log.leaves),
     }
     print("agent group processes:", json.dumps(report))
     (Path(os.environ.get("BRIDGE_REPORT_DIR", tmp_path)) / "group_report.json").write_text(
         json.dumps(report)
     )
-    assert len(turns_by_message) == MESSAGES, report
-    assert not lost, ([(m, deliveries[m], answers[m]) for m in lost[:10]], report)
+    assert len(log.turns_by_message) == MESSAGES, report
+    assert not lost, ([(m, seen.deliveries[m], seen.answers[m]) for m in lost[:10]], report)
     assert not unclassified, (unclassified[:10], report)
-    assert kills >= 2 and graceful >= 1 and leaves["expired"] >= 1, report
+    assert group.kills >= 2 and group.graceful >= 1 and log.leaves["expired"] >= 1, report
