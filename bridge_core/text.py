@@ -29,6 +29,7 @@ __all__ = [
     "InvalidText",
     "chunk",
     "find_invalid_text",
+    "json_may_hold_invalid_text",
     "measure",
     "neutralise_mass_mentions",
     "prepare",
@@ -364,6 +365,14 @@ def find_invalid_text(value: Any) -> InvalidText | None:
         elif isinstance(item, (list, tuple)):
             stack.extend(((link, i), child) for i, child in reversed(list(enumerate(item))))
     return None
+
+
+def json_may_hold_invalid_text(raw: bytes) -> bool:
+    """Whether JSON read from ``raw`` (decoded as strict UTF-8, parsed by ``json``) can hold a
+    string ``find_invalid_text`` refuses. Only a ``\\u`` escape can put a lone surrogate or a
+    NUL there: strict UTF-8 refuses encoded surrogates and ``json`` refuses raw control
+    characters in strings. So when this is False, the walk of every string can be skipped."""
+    return b"\\u" in raw
 
 
 def valid_json(value: Any) -> Any:

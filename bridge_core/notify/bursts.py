@@ -138,7 +138,7 @@ class Bursts:
         summary = agent.summary
         assert summary is not None
         summary.running -= 1
-        summary.slot.version += 1
+        summary.slot.changed = True
         self._count_terminal(summary, agent)
         self._member_finished(summary, agent)
         self._changed(summary)
@@ -150,7 +150,7 @@ class Bursts:
         summary.slot.post_text = lambda: self._text(summary, post=True)
         summary.slot.edit_text = lambda: self._text(summary, post=False)
         summary.slot.outcome = lambda result: self._outcome(summary, result)
-        summary.slot.version = 1
+        summary.slot.changed = True
         self._summaries[workspace] = summary
         for member in members:
             self._add_member(summary, member)
@@ -158,7 +158,7 @@ class Bursts:
 
     def _join(self, summary: Summary, agent: TrackedAgent, now: float) -> None:
         summary.latest = now
-        summary.slot.version += 1
+        summary.slot.changed = True
         self._add_member(summary, agent)
         self._changed(summary)
 

@@ -51,7 +51,12 @@ class Slot:
 
     key: tuple[int, str, int]
     ref: MessageRef | None = None
-    version: int = 0
+    # A change sets ``changed``; reading ``version`` counts it. So a burst of changes between
+    # two reads is one version, and a change (the notifier's hot path) stores a constant
+    # instead of allocating a new int. Versions are only compared with versions read earlier
+    # (rendered, delivered, refused), and two reads differ exactly when a change came between.
+    changed: bool = False
+    counted: int = 0
     rendered: int = -1
     delivered: int = -1
     refused: int = -1  # the latest version the platform refused (MessageRejected): not resent
@@ -63,9 +68,18 @@ class Slot:
     outcome: Callable[[MessageRef | ProviderError | None], None] = field(default=lambda r: None)
 
     @property
+    def version(self) -> int:
+        """The version of what the message should show: it grows with each change."""
+        if self.changed:
+            self.changed = False
+            self.counted += 1
+        return self.counted
+
+    @property
     def owes(self) -> bool:
         """Whether its latest version has been neither delivered nor refused by the platform."""
-        return self.delivered < self.version and self.refused < self.version
+        version = self.version
+        return self.delivered < version and self.refused < version
 
 
 @dataclass(eq=False, slots=True)

@@ -91,12 +91,14 @@ class Notifier:
         self.channel = channel
         self.config = config if config is not None else NotifyConfig()
         self.capabilities = capabilities
-        self._events = 0
+        # Events are counted once each, as taken or filtered (their sum is ``stats.events``).
+        self._taken = 0
         self._filtered = 0
         self._terminal_delivered_count = 0
         self._escape: Cleaner = escape if escape is not None else _identity
         self._edit = capabilities.edit
         self._kinds = self.config.kinds
+        self._status_notifies = StatusChanged.kind in self._kinds
         self._workspaces = self.config.workspaces
         self._on_terminal_delivered = on_terminal_delivered
         self._agents: dict[str, TrackedAgent] = {}
@@ -122,7 +124,7 @@ class Notifier:
     def statistics(self) -> NotifierStatistics:
         """What it has done, and how many agents' live messages it holds."""
         return NotifierStatistics(
-            events=self._events,
+            events=self._taken + self._filtered,
             filtered=self._filtered,
             summaries=self._bursts.opened,
             terminal_delivered=self._terminal_delivered_count,
@@ -163,26 +165,39 @@ class Notifier:
     def handle(self, event: FleetEvent) -> None:
         """Take one fleet event (synchronous, no I/O; call it from the event loop's thread)."""
         # The hot path (a status change of a live agent whose work is already owed) is a few
-        # attribute stores: no await, no queue, no allocation. Keep it that way.
-        self._events += 1
+        # attribute stores: no await, no queue, no allocation but one counter. Keep it that way.
+        # The event's class is tested before any field is read: ``kind`` is a class attribute,
+        # which CPython 3.11 reads through the slow generic path, and the fields read after the
+        # test see one class, so each read is specialised. Of an agent's state, the common case
+        # (work already owed at the sender) reads ``outstanding`` and stops.
+        if type(event) is StatusChanged and self._status_notifies:
+            workspaces = self._workspaces
+            if workspaces is not None and event.workspace not in workspaces:
+                self._filtered += 1
+                return
+            self._taken += 1
+            try:
+                agent = self._agents[event.agent]
+            except KeyError:
+                self._handle_rare(event, None)
+                return
+            if agent.finished is not None or agent.gone is not None:
+                return  # late news about an agent that has ended
+            agent.status = event.status
+            slot = agent.slot
+            slot.changed = True
+            if not slot.outstanding and agent.phase is _LIVE and self._edit:
+                slot.lost = False  # after a deleted message, this update posts one new one
+                self._submit_agent(agent)
+            return
         workspaces = self._workspaces
         if event.kind not in self._kinds or (
             workspaces is not None and event.workspace not in workspaces
         ):
             self._filtered += 1
             return
-        agent = self._agents.get(event.agent)
-        if type(event) is StatusChanged and agent is not None:
-            if agent.finished is not None or agent.gone is not None:
-                return  # late news about an agent that has ended
-            agent.status = event.status
-            slot = agent.slot
-            slot.version += 1
-            if agent.phase == _LIVE and not slot.outstanding and self._edit:
-                slot.lost = False  # after a deleted message, this update posts one new one
-                self._submit_agent(agent)
-            return
-        self._handle_rare(event, agent)
+        self._taken += 1
+        self._handle_rare(event, self._agents.get(event.agent))
 
     def _handle_rare(self, event: FleetEvent, agent: TrackedAgent | None) -> None:
         if isinstance(event, StatusChanged):
@@ -193,7 +208,7 @@ class Notifier:
             elif agent.terminal:
                 return
             agent.status = event.status
-            agent.slot.version += 1
+            agent.slot.changed = True
             if agent.phase == _LIVE:
                 self._agent_changed(agent)
         elif isinstance(event, AgentSpawned):
@@ -218,7 +233,7 @@ class Notifier:
             else:
                 agent.gone = event.reason
             agent.terminal_at = anyio.current_time()
-            agent.slot.version += 1
+            agent.slot.changed = True
             self._agent_finalised(agent)
 
     # ------------------------------------------------------------------ timers

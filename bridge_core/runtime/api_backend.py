@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from bridge_core.conversation import obligation_id
-from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.events import FleetEvent
 from bridge_core.ledger import LedgerStatistics, Reply
 from bridge_core.provider import ChatProvider
 from bridge_core.runtime.assembly import Assembly
@@ -73,12 +73,10 @@ class GatewayApi:
         scale_out = self._parts.scale_out
         if scale_out is not None:
             await scale_out.bus.publish(list(self.channels), events)
-        kinds: Counter[str] = Counter()
-        for event in events:
-            kinds["Unknown" if isinstance(event, UnknownEvent) else event.kind] += 1
-            if scale_out is None:
-                for channel in self.channels.values():
-                    channel.offer(event)
+        if scale_out is None:
+            for channel in self.channels.values():  # each channel takes the batch in order
+                channel.offer_all(events)
+        kinds = Counter(event.kind for event in events)  # UnknownEvent's kind is "Unknown"
         for kind, count in kinds.items():  # one labelled increment per kind, not per event
             self._metrics.events_in.labels(kind).inc(count)
 

@@ -91,10 +91,13 @@ class ChannelRuntime:
         """Nothing held by the notifier, queued or in flight at the sender."""
         return self.sender.idle and (self.notifier is None or self.notifier.idle)
 
-    def offer(self, event: FleetEvent) -> None:
-        """Hand an event to the notifier if this gateway runs it (it applies the filters)."""
+    def offer_all(self, events: Sequence[FleetEvent]) -> None:
+        """Hand events, in order, to the notifier if this gateway runs it (it applies the
+        filters)."""
         if self.notifier is not None:
-            self.notifier.handle(event)
+            handle = self.notifier.handle
+            for event in events:
+                handle(event)
 
     # ------------------------------------------------------------------ replies
 

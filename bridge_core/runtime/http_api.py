@@ -37,9 +37,15 @@ from typing import Any, Protocol
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from bridge_core.events import EventError, FleetEvent, UnknownEvent, parse_event
+from bridge_core.events import (
+    EventError,
+    FleetEvent,
+    UnknownEvent,
+    parse_checked_event,
+    parse_event,
+)
 from bridge_core.provider import HttpRequest, HttpRoute
-from bridge_core.text import find_invalid_text, text_problem
+from bridge_core.text import find_invalid_text, json_may_hold_invalid_text, text_problem
 
 __all__ = [
     "AGENT_SOCKET_PATH",
@@ -148,7 +154,7 @@ async def _read_json(request: web.Request, max_body: int) -> Any:
         raise too_large from None
     if len(raw) > max_body:
         raise too_large
-    if not raw.strip():
+    if not raw or raw.isspace():
         raise ApiError(400, "request body is empty; send JSON", field="body")
     try:
         text = raw.decode("utf-8")
@@ -162,7 +168,8 @@ async def _read_json(request: web.Request, max_body: int) -> Any:
         ) from None
     except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 10,000 deep
         raise ApiError(400, f"JSON the gateway will not read: {exc}", field="body") from None
-    _refuse_invalid_text(data)
+    if json_may_hold_invalid_text(raw):  # most bodies hold no \u escape: no walk is needed
+        _refuse_invalid_text(data)
     return data
 
 
@@ -193,8 +200,12 @@ def _header_problem(request: web.Request) -> ApiError | None:
     return None
 
 
-def parse_events_body(data: Any) -> list[FleetEvent]:
-    """Every event of a body (one object or an array), or ``ApiError`` naming the first bad one."""
+def parse_events_body(data: Any, *, text_checked: bool = False) -> list[FleetEvent]:
+    """Every event of a body (one object or an array), or ``ApiError`` naming the first bad one.
+
+    ``text_checked``: the body's strings were already checked as a whole (``_read_json``), so
+    each event is not walked again.
+    """
     if isinstance(data, dict):
         items: list[Any] = [data]
         single = True
@@ -205,10 +216,11 @@ def parse_events_body(data: Any) -> list[FleetEvent]:
         raise ApiError(
             400, f"body must be an event object or an array of them, got {type(data).__name__}"
         )
+    parse = parse_checked_event if text_checked else parse_event
     events: list[FleetEvent] = []
     for index, item in enumerate(items):
         try:
-            events.append(parse_event(item))
+            events.append(parse(item))
         except EventError as exc:
             where = "" if single else f"event {index}: "
             raise ApiError(
@@ -343,9 +355,9 @@ class _Routes:
         self.max_body = max_body
 
     async def post_events(self, request: web.Request) -> web.Response:
-        events = parse_events_body(await _read_json(request, self.max_body))
+        events = parse_events_body(await _read_json(request, self.max_body), text_checked=True)
         await self.backend.accept_events(events)
-        ignored = sum(1 for e in events if isinstance(e, UnknownEvent))
+        ignored = sum(1 for e in events if type(e) is UnknownEvent)
         return web.json_response({"accepted": len(events), "ignored": ignored}, status=202)
 
     async def post_messages(self, request: web.Request) -> web.Response:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge_core.events import (
     NOTIFYING_KINDS,
@@ -23,9 +26,11 @@ from bridge_core.events import (
     ToolStarted,
     UnknownEvent,
     event_to_json,
+    parse_checked_event,
     parse_event,
     parse_event_line,
 )
+from bridge_core.text import find_invalid_text
 
 EVENTS: list[FleetEvent] = [
     AgentSpawned("a1", "alpha", 1767225600.5, title="fix the build"),
@@ -89,3 +94,56 @@ def test_bad_events_name_the_field(data: object, field: str) -> None:
 def test_a_line_that_is_not_json_says_so() -> None:
     with pytest.raises(EventError, match="not valid JSON"):
         parse_event_line("{kind: oops")
+
+
+FIELD_VALUES = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from(["", " ", "x", "done", "killed", "StatusChanged", "AgentFinished"])
+    | st.text(max_size=5)
+    | st.lists(st.integers(), max_size=2)
+)
+EVENT_FIELDS = st.dictionaries(
+    st.sampled_from(
+        ["kind", "agent", "workspace", "at", "status", "title", "outcome", "cost", "turns",
+         "reason", "text", "tool", "ok", "error", "extra"]
+    ),
+    FIELD_VALUES,
+    max_size=8,
+)  # fmt: skip
+KINDS = st.sampled_from([*(e.kind for e in EVENTS), "AgentTeleported", "", 3, None])
+
+
+@settings(deadline=None)  # what it checks is agreement, not time (a loaded host is slow)
+@given(EVENT_FIELDS, KINDS, st.sampled_from(["a1", "", None, 7]))
+def test_the_checked_parse_reads_and_refuses_exactly_as_parse_event(
+    data: dict[str, Any], kind: object, agent: object
+) -> None:
+    # The HTTP API checks a body's text once and reads each event with parse_checked_event:
+    # every event it reads, and every error naming a field, must be parse_event's own.
+    data = {**data, "kind": kind, "agent": agent}
+    if find_invalid_text(data) is not None:
+        return  # the caller refuses those before (test_text_valid.py)
+    try:
+        expected: FleetEvent | EventError = parse_event(data)
+    except EventError as error:
+        expected = error
+    try:
+        got: FleetEvent | EventError = parse_checked_event(data)
+    except EventError as error:
+        got = error
+    if isinstance(expected, EventError):
+        assert isinstance(got, EventError)
+        assert (got.field, got.message) == (expected.field, expected.message)
+    else:
+        assert got == expected
+        assert type(got) is type(expected)
+
+
+def test_a_status_change_made_from_its_slots_is_the_dataclass_one() -> None:
+    made = parse_checked_event({"kind": "StatusChanged", "agent": "a", "status": "s", "at": 2})
+    assert made == StatusChanged("a", "default", 2.0, status="s")
+    assert hash(made) == hash(StatusChanged("a", "default", 2.0, status="s"))
+    assert repr(made) == repr(StatusChanged("a", "default", 2.0, status="s"))

@@ -3,12 +3,20 @@ NUL, control characters, and JSON nested deeper than any recursion could walk.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge_core.text import REPLACEMENT, find_invalid_text, text_problem, valid_json, valid_text
+from bridge_core.text import (
+    REPLACEMENT,
+    find_invalid_text,
+    json_may_hold_invalid_text,
+    text_problem,
+    valid_json,
+    valid_text,
+)
 
 # Every code point, surrogates included (hypothesis leaves them out by default).
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=40)
@@ -80,3 +88,32 @@ def test_any_depth_is_walked_without_recursion() -> None:
     for _ in range(200_000):
         made = made[0]
     assert made == f"x{REPLACEMENT}"
+
+
+@settings(deadline=None)  # what it checks is agreement, not time (a loaded host is slow)
+@given(JSON, st.booleans())
+def test_json_without_a_u_escape_holds_no_invalid_text(value: Any, ascii_only: bool) -> None:
+    # The HTTP API skips the walk of a body's strings when this says so: it must never be
+    # wrong in that direction, whatever bytes a client sends.
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    try:
+        parsed = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return  # refused before any string is looked at (not UTF-8, or not JSON)
+    if not json_may_hold_invalid_text(raw):
+        assert find_invalid_text(parsed) is None
+    if find_invalid_text(parsed) is not None:
+        assert json_may_hold_invalid_text(raw)
+
+
+def test_raw_bytes_no_escape_could_hide() -> None:
+    # A NUL or an encoded surrogate written as raw bytes never reaches a string.
+    for raw in (b'{"a": "x\x00y"}', b'{"a": "\xed\xa0\x80"}', b'{"\x00": 1}'):
+        assert not json_may_hold_invalid_text(raw)
+        try:
+            json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        raise AssertionError(f"{raw!r} was read")
+    assert json_may_hold_invalid_text(b'{"a": "\\u0000"}')
+    assert json_may_hold_invalid_text(b'["\\ud800"]')
