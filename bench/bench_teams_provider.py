@@ -112,20 +112,12 @@ async def provider_rates(fake: FakeTeams, count: int) -> tuple[float, float]:
     return posts, edits
 
 
-async def inbound_rates(fake: FakeTeams, count: int) -> tuple[float, float]:
+async def inbound_rates(fake: FakeTeams, count: int, rounds: int = 5) -> tuple[float, float]:
+    """(floor, endpoint) requests a second: ``rounds`` alternating rounds of ``count / rounds``
+    each, the best round of each kept, so a change of the machine's load during the run moves
+    both figures alike (the ratio is what is compared)."""
     token = fake.channel_token()
     public = fake.signing_key.public_key()
-    started = time.perf_counter()
-    for _ in range(count):
-        jwt.decode(
-            token,
-            public,
-            algorithms=["RS256"],
-            audience=fake.app_id,
-            issuer="https://api.botframework.com",
-        )
-    floor = count / (time.perf_counter() - started)
-
     received: list[InboundMessage] = []
 
     async def sink(message: InboundMessage) -> None:
@@ -142,12 +134,25 @@ async def inbound_rates(fake: FakeTeams, count: int) -> tuple[float, float]:
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         body=body,
     )
-    started = time.perf_counter()
-    for _ in range(count):
-        response = await route.handler(request)
-        assert response.status == 200
-    rate = count / (time.perf_counter() - started)
-    assert len(received) == count
+    per_round = max(1, count // rounds)
+    floor = rate = 0.0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(per_round):
+            jwt.decode(
+                token,
+                public,
+                algorithms=["RS256"],
+                audience=fake.app_id,
+                issuer="https://api.botframework.com",
+            )
+        floor = max(floor, per_round / (time.perf_counter() - started))
+        started = time.perf_counter()
+        for _ in range(per_round):
+            response = await route.handler(request)
+            assert response.status == 200
+        rate = max(rate, per_round / (time.perf_counter() - started))
+    assert len(received) == per_round * rounds
     return floor, rate
 
 

@@ -45,6 +45,7 @@ from bridge_core.retry_after import MAX_RETRY_AFTER, parse_retry_after, retry_af
 from bridge_core.text import (
     chunk,
     find_invalid_text,
+    json_may_hold_invalid_text,
     measure,
     neutralise_mass_mentions,
     prepare,
@@ -93,6 +94,7 @@ __all__ = [
     "__version__",
     "chunk",
     "find_invalid_text",
+    "json_may_hold_invalid_text",
     "hookimpl",
     "measure",
     "neutralise_mass_mentions",

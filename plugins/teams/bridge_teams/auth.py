@@ -44,6 +44,7 @@ __all__ = [
 
 BOT_FRAMEWORK_ISSUER = "https://api.botframework.com"
 CLOCK_SKEW = 300.0
+_HEADERS_KEPT = 64  # distinct token headers remembered (the connector uses a handful of keys)
 
 
 class InvalidToken(Exception):
@@ -161,9 +162,33 @@ class TokenValidator:
         self._keys = keys
         self._issuers = list(issuers)
         self._clock_skew = clock_skew
+        self._headers: dict[str, tuple[object, str]] = {}  # header segment -> (alg, kid)
 
     def __repr__(self) -> str:
         return f"TokenValidator(app_id={self._app_id!r}, issuers={self._issuers!r})"
+
+    def _header(self, token: str) -> tuple[object, str]:
+        """The token's ``alg`` and ``kid``, unverified: they only pick the key, and
+        ``jwt.decode`` checks the whole token (its header included) after.
+
+        Read once per distinct header: the Bot Connector signs with a few keys and reuses a
+        token for many requests, and reading a header took PyJWT as long as half a decode (it
+        decodes and checks every segment, the signature's too). A header that does not read
+        is not remembered.
+        """
+        segment = token.partition(".")[0]
+        known = self._headers.get(segment)
+        if known is not None:
+            return known
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            raise InvalidToken("malformed token") from None
+        read = (header.get("alg"), str(header.get("kid", "")))
+        if len(self._headers) >= _HEADERS_KEPT:
+            self._headers.clear()  # only forged or rotated headers get here; start afresh
+        self._headers[segment] = read
+        return read
 
     async def validate(
         self, authorization: str | None, *, channel_id: str | None, service_url: str | None
@@ -172,13 +197,9 @@ class TokenValidator:
         if not authorization or not authorization.startswith("Bearer "):
             raise InvalidToken("missing bearer token")
         token = authorization[len("Bearer ") :].strip()
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.InvalidTokenError:
-            raise InvalidToken("malformed token") from None
-        if header.get("alg") != "RS256":
-            raise InvalidToken(f"unexpected signing algorithm {header.get('alg')!r}")
-        kid = str(header.get("kid", ""))
+        alg, kid = self._header(token)
+        if alg != "RS256":
+            raise InvalidToken(f"unexpected signing algorithm {alg!r}")
         signing = await self._keys.key(kid)
         if signing is None:
             raise InvalidToken("token signed with an unknown key")

@@ -12,11 +12,13 @@ still work after a restart.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from botbuilder.core import TurnContext
 from botbuilder.schema import Activity, ActivityTypes, ConversationReference
 
 from bridge_core import InboundMessage, KeyValueStore
+from bridge_teams.activity_json import PlainActivity
 
 __all__ = [
     "THREAD_MARKER",
@@ -101,6 +103,31 @@ class ReferenceStore:
         )
         if self._stored.get(channel) == fingerprint:
             return channel
+        await self._store(channel, activity, fingerprint)
+        return channel
+
+    async def remember_plain(self, plain: PlainActivity, body: dict[str, Any]) -> None:
+        """``remember`` for an activity read plainly: the SDK reads the body only when the
+        reference changed (the first message of a channel, a new service URL)."""
+        if self._kv is None or not plain.has_conversation or not plain.service_url:
+            return
+        assert plain.conversation_id is not None  # the endpoint refused a conversation without
+        channel, _ = split_conversation_id(plain.conversation_id)
+        recipient = plain.recipient
+        fingerprint = (
+            plain.service_url,
+            plain.channel_id,
+            plain.tenant_id,
+            recipient.id if recipient is not None else None,
+        )
+        if self._stored.get(channel) == fingerprint:
+            return
+        await self._store(channel, Activity.deserialize(body), fingerprint)
+
+    async def _store(
+        self, channel: str, activity: Activity, fingerprint: tuple[object, ...]
+    ) -> None:
+        assert self._kv is not None
         reference = TurnContext.get_conversation_reference(activity)
         reference.conversation.id = channel
         reference.activity_id = None  # a proactive send is not a reply to this activity
@@ -109,7 +136,6 @@ class ReferenceStore:
             self._namespace, channel, json.dumps(reference.serialize()).encode("utf-8")
         )
         self._stored[channel] = fingerprint
-        return channel
 
     async def recall(self, channel: str) -> ConversationReference | None:
         if self._kv is None:

@@ -36,10 +36,12 @@ from bridge_core import (
     TransportError,
     Unreachable,
     find_invalid_text,
+    json_may_hold_invalid_text,
     measure,
     neutralise_mass_mentions,
     valid_json,
 )
+from bridge_teams.activity_json import inbound_from_plain, read_plain
 from bridge_teams.auth import (
     InvalidToken,
     KeySource,
@@ -51,6 +53,7 @@ from bridge_teams.inbound import (
     ReferenceStore,
     conversation_id,
     inbound_from_activity,
+    split_conversation_id,
 )
 from bridge_teams.settings import CAPABILITIES, MAX_TEXT_BYTES, TeamsSettings
 from bridge_teams.transport import (
@@ -214,7 +217,8 @@ class TeamsProvider(ChatProvider):
             return not_an_activity
         if not isinstance(body, dict):
             return not_an_activity
-        invalid = find_invalid_text(body)
+        # Only a \u escape can bring a lone surrogate or a NUL into the parsed body.
+        invalid = find_invalid_text(body) if json_may_hold_invalid_text(request.body) else None
         if invalid is not None:
             # The connector signed it: refused, it would come back; taken with U+FFFD in place of
             # what cannot be carried (a lone surrogate, a NUL), it is answered (ADR 0070).
@@ -238,16 +242,27 @@ class TeamsProvider(ChatProvider):
             except InvalidToken as exc:
                 _log.info("refused a Teams request for %r: %s", self._profile, exc.reason)
                 return _json_response(401, {"error": "unauthorized"})
-        try:
-            activity: Activity | None = Activity.deserialize(body)
-        except (ValueError, TypeError, AttributeError):  # msrest's DeserializationError included
-            return not_an_activity
-        if activity is None or activity.type is None or activity.conversation is None:
-            return not_an_activity
-        if not activity.conversation.id:  # no channel to remember it under or answer in
-            return not_an_activity
-        await self._references.remember(activity)
-        message = inbound_from_activity(activity, profile=self._profile)
+        plain = read_plain(body)
+        if plain is not None:
+            # Read straight from the JSON: a body the SDK would read to the same values.
+            if plain.type is None or not plain.has_conversation or not plain.conversation_id:
+                return not_an_activity
+            await self._references.remember_plain(plain, body)
+            channel, thread = split_conversation_id(plain.conversation_id)
+            message = inbound_from_plain(
+                plain, profile=self._profile, channel=channel, thread=thread
+            )
+        else:
+            try:
+                activity: Activity | None = Activity.deserialize(body)
+            except (ValueError, TypeError, AttributeError):  # msrest's DeserializationError too
+                return not_an_activity
+            if activity is None or activity.type is None or activity.conversation is None:
+                return not_an_activity
+            if not activity.conversation.id:  # no channel to remember it under or answer in
+                return not_an_activity
+            await self._references.remember(activity)
+            message = inbound_from_activity(activity, profile=self._profile)
         # Bots (the bridge itself included) are never user turns: they stop here.
         if message is not None and not message.author_is_bot:
             await sink(message)
