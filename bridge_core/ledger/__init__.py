@@ -14,11 +14,12 @@ How the runtime uses it::
     )
     await ledger.boot_sweep()                          # before serving
     task_group.start_soon(ledger.run)                  # timers, orphan sweeps, pruning, lease
-    row = await ledger.record(Reply.answering(profile=..., platform=..., channel=...,
-                                              answers=turn_id, text=reply_text,
-                                              thread=..., reply_to=..., chunks=parts))
+    row, created = await ledger.record(Reply.answering(profile=..., platform=..., channel=...,
+                                                       answers=turn_id, text=reply_text,
+                                                       thread=..., reply_to=..., chunks=parts))
     # ... 202 / frame recorded: the reply survives a crash from here on
-    row = await ledger.deliver_now(row)                # claims by fence and sends
+    if created:                                        # an id recorded before is its first's
+        row = await ledger.deliver_now(row)            # claims by fence and sends
     # or both in one call: row = await ledger.submit(reply)
     await ledger.redeliver_failed("slack")             # after the watcher rebuilt the provider
     counts = await ledger.counts_by_state()            # {State: int} for /metrics

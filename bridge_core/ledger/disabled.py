@@ -33,11 +33,13 @@ class DisabledLedger:
         self._deliver = deliver
         self._clock = clock
 
-    async def record(self, reply: Reply) -> Obligation:
-        return new_row(reply, owner=None, now=self._clock())
+    async def record(self, reply: Reply) -> tuple[Obligation, bool]:
+        # nothing is kept, so every call creates its row (a repeated id is sent again)
+        return new_row(reply, owner=None, now=self._clock()), True
 
     async def submit(self, reply: Reply) -> Obligation:
-        return await self.deliver_now(await self.record(reply))
+        row, _created = await self.record(reply)
+        return await self.deliver_now(row)
 
     async def deliver_now(self, row: Obligation) -> Obligation:
         refs = []

@@ -147,11 +147,11 @@ class DeliveryLedger:
                 f"ledger serves {sorted(self.profiles)}: record it in that profile's gateway"
             )
 
-    async def record(self, reply: Reply) -> Obligation:
-        """Record ``reply`` durably (as ``pending``); an already recorded id returns its row."""
+    async def record(self, reply: Reply) -> tuple[Obligation, bool]:
+        """Record ``reply`` durably (as ``pending``); an already recorded id returns its row.
+        The boolean says whether this call created the row: only its creator sends it."""
         self._check_profile(reply)
-        row, _created = await self.store.record(reply, now=self._clock())
-        return row
+        return await self.store.record(reply, now=self._clock())
 
     async def submit(self, reply: Reply) -> Obligation:
         """Record ``reply``, then send it at once; returns the row as it ended.

@@ -95,11 +95,8 @@ class GatewayApi:
             thread=request.thread or channel.thread,
             chunks=split_reply(request.text, channel.provider),
         )
-        ledger, store = self._parts.ledger, self._parts.store
-        if store is not None:
-            row, created = await store.record(reply, now=store.now())
-        else:
-            row, created = await ledger.record(reply), True
+        ledger = self._parts.ledger
+        row, created = await ledger.record(reply)
         self._metrics.messages_accepted.labels(channel.name).inc()
         if created:
             tasks.start_soon(ledger.deliver_now, row)

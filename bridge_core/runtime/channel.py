@@ -178,7 +178,7 @@ class ChannelRuntime:
             chunks=split_reply(text, self.provider),
             partials=partials,
         )
-        row = await self.ledger.record(reply)
+        row, _created = await self.ledger.record(reply)
         if row.partials != partials:
             # the turn was answered before (a crash between that row and its frame): that
             # row's delivery is the answer, and this stream's messages are left over

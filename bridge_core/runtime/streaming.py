@@ -75,7 +75,7 @@ def reply_splitter(provider: ChatProvider) -> PartSplitter:
 class LedgerLike(Protocol):
     """What the reply path needs of the delivery ledger (``DeliveryLedger``, ``DisabledLedger``)."""
 
-    async def record(self, reply: Reply) -> Obligation: ...
+    async def record(self, reply: Reply) -> tuple[Obligation, bool]: ...
 
     async def deliver_now(self, row: Obligation) -> Obligation: ...
 
@@ -306,7 +306,7 @@ async def answer_streamed(
             chunks=tuple(replies.split(result.text)),
             partials=result.partials,
         )
-        row = await ledger.record(final)
+        row, _created = await ledger.record(final)
         return await ledger.deliver_now(row)
     finally:
         await replies.close(obligation)

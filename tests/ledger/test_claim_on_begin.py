@@ -103,8 +103,8 @@ async def test_a_reply_waiting_for_its_turn_at_a_crash_goes_out_clean(begins: bo
     claim before ``deliver`` (the default) the queued one is labelled too."""
     backend, channel = MemoryBackend(), PacedChannel()
     store, first = await opened(backend, channel, "p1", begins=begins)
-    mid = await first.record(reply("mid-send"))
-    queued = await first.record(reply("queued"))
+    mid, _ = await first.record(reply("mid-send"))
+    queued, _ = await first.record(reply("queued"))
     channel.turns[queued.id] = anyio.Event()  # never comes in this process
     channel.hold[mid.id] = anyio.Event()  # began, never acknowledged
     async with anyio.create_task_group() as group:
@@ -129,7 +129,7 @@ async def test_a_reply_waiting_for_its_turn_at_a_crash_goes_out_clean(begins: bo
 async def test_a_reply_claimed_elsewhere_while_it_waited_is_not_sent_again() -> None:
     backend, channel = MemoryBackend(), PacedChannel()
     store, first = await opened(backend, channel, "p1")
-    row = await first.record(reply("slow-turn"))
+    row, _ = await first.record(reply("slow-turn"))
     channel.turns[row.id] = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(first.deliver_now, row)
@@ -146,7 +146,7 @@ async def test_a_reply_claimed_elsewhere_while_it_waited_is_not_sent_again() -> 
 async def test_a_refusal_before_the_turn_leaves_the_row_clean_and_tries_again_later() -> None:
     backend, channel = MemoryBackend(), PacedChannel()
     store, ledger = await opened(backend, channel, "p1")
-    row = await ledger.record(reply("forbidden-now"))
+    row, _ = await ledger.record(reply("forbidden-now"))
     channel.refuse[row.id] = [Forbidden("channel unhealthy; re-check pending")]
     async with anyio.create_task_group() as group:
         await group.start(ledger.run)
@@ -164,7 +164,7 @@ async def test_a_refusal_before_the_turn_leaves_the_row_clean_and_tries_again_la
 async def test_a_permanent_refusal_before_the_turn_abandons_the_row() -> None:
     backend, channel = MemoryBackend(), PacedChannel()
     _, ledger = await opened(backend, channel, "p1")
-    row = await ledger.record(reply("gone"))
+    row, _ = await ledger.record(reply("gone"))
     channel.refuse[row.id] = [Unreachable("channel was given up")]
     ended = await ledger.deliver_now(row)
     assert ended.state is State.ABANDONED and ended.attempts == 0
@@ -185,7 +185,7 @@ async def test_a_delivery_function_that_never_begins_still_settles_its_row_once(
 async def test_delivering_a_row_already_in_flight_here_sends_no_second_copy(begins: bool) -> None:
     backend, channel = MemoryBackend(), PacedChannel()
     store, ledger = await opened(backend, channel, "p1", begins=begins)
-    row = await ledger.record(reply("in-flight"))
+    row, _ = await ledger.record(reply("in-flight"))
     channel.hold[row.id] = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(ledger.deliver_now, row)
@@ -203,7 +203,7 @@ async def test_delivering_a_row_already_in_flight_here_sends_no_second_copy(begi
 async def test_a_later_part_whose_claim_was_taken_while_it_waited_is_not_sent() -> None:
     backend, channel = MemoryBackend(), PacedChannel()
     store, first = await opened(backend, channel, "p1")
-    row = await first.record(
+    row, _ = await first.record(
         Reply.answering(
             profile="X",
             platform="slack",
@@ -243,7 +243,7 @@ async def test_a_store_failure_mid_send_is_logged_not_raised(
     ledger = DeliveryLedger(
         store, deliver=channel.deliver, profiles={"X"}, clock=wall, deliver_begins=True
     )
-    row = await ledger.record(reply("unlucky"))
+    row, _ = await ledger.record(reply("unlucky"))
     ended = await ledger.deliver_now(row)  # a background task in the gateway: must not raise
     assert ended.id == row.id and channel.texts(row.id) == ["answer to unlucky"]
     assert "failed in the ledger itself" in caplog.text

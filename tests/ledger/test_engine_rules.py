@@ -236,10 +236,10 @@ async def test_not_found_and_unclassified_errors_follow_the_transient_timers() -
 async def test_crash_recovery_marks_exactly_the_rows_that_may_have_been_sent() -> None:
     platform, backend = Platform(), MemoryBackend()
     first = await started(backend, platform, "p1")
-    never = await first.ledger.record(reply("never-started"))
-    mid = await first.ledger.record(reply("mid-send"))
+    never, _ = await first.ledger.record(reply("never-started"))
+    mid, _ = await first.ledger.record(reply("mid-send"))
     assert await first.store.claim(mid.id, fence=mid.fence, now=wall()) is not None
-    legacy = await first.ledger.record(reply("legacy"))  # an older build's claimed pending row
+    legacy, _ = await first.ledger.record(reply("legacy"))  # an older build's claimed pending row
     backend.rows[legacy.id] = backend.rows[legacy.id].__class__(
         **{**_fields(backend.rows[legacy.id]), "attempts": 1}
     )
@@ -259,7 +259,7 @@ def _fields(row: Any) -> dict[str, Any]:
 async def test_a_crash_during_the_boot_sweep_leaves_a_marked_resend() -> None:
     platform, backend = Platform(), MemoryBackend()
     first = await started(backend, platform, "p1")
-    row = await first.ledger.record(reply())
+    row, _ = await first.ledger.record(reply())
     first.crash()
     second = await started(backend, platform, "p2")
     platform.hold[row.id] = anyio.Event()
@@ -302,7 +302,7 @@ async def test_a_chunked_reply_resumes_after_its_delivered_parts() -> None:
 async def test_freshness_bound_abandons_old_rows_without_sending() -> None:
     platform, backend = Platform(), MemoryBackend()
     first = await started(backend, platform, "p1")
-    row = await first.ledger.record(reply())
+    row, _ = await first.ledger.record(reply())
     first.crash()
     await anyio.sleep(24 * 3600 + 1)
     second = await started(backend, platform, "p2")
@@ -335,7 +335,7 @@ async def test_rows_of_a_disconnected_platform_keep_their_attempts() -> None:
     platform, backend = Platform(), MemoryBackend()
     online: set[str] = {"slack"}
     first = await started(backend, platform, "p1")
-    row = await first.ledger.record(reply(platform="discord"))
+    row, _ = await first.ledger.record(reply(platform="discord"))
     first.crash()
     second = await started(backend, platform, "p2", connected=lambda p: p in online)
     assert (await second.ledger.boot_sweep()).skipped == 1
@@ -367,7 +367,7 @@ async def test_a_dead_owners_rows_are_recovered_by_the_periodic_sweep() -> None:
     schedule = Schedule(sweep_interval=10, death_watch=1000)
     survivor = await started(backend, platform, "p1", schedule=schedule)
     victim = await started(backend, platform, "p2", schedule=schedule)
-    row = await victim.ledger.record(reply())
+    row, _ = await victim.ledger.record(reply())
     assert await victim.store.claim(row.id, fence=row.fence, now=wall()) is not None
     async with anyio.create_task_group() as group:
         await group.start(survivor.ledger.run)
@@ -432,7 +432,7 @@ async def test_a_dead_owners_rows_are_recovered_as_soon_as_the_death_is_seen() -
     schedule = Schedule(sweep_interval=10)  # the death watch asks every 0.5 s (ADR 0019)
     survivor = await started(backend, platform, "p1", schedule=schedule)
     victim = await started(backend, platform, "p2", schedule=schedule)
-    row = await victim.ledger.record(reply())
+    row, _ = await victim.ledger.record(reply())
     assert await victim.store.claim(row.id, fence=row.fence, now=wall()) is not None
     async with anyio.create_task_group() as group:
         await group.start(survivor.ledger.run)

@@ -111,7 +111,7 @@ async def test_a_long_reply_with_a_transient_error_mid_way_is_delivered_whole(
     )
     async with anyio.create_task_group() as group:
         group.start_soon(sender.run)
-        row = await ledger.record(reply)
+        row, _ = await ledger.record(reply)
         row = await ledger.deliver_now(row)
         assert row.state is State.FAILED and row.last_error.startswith("TransportError"), row
         # The resend, as the ledger's timer or the reconnect watcher starts it: part 2 resent
