@@ -11,8 +11,8 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
-from bridge_core.ledger.engine import SweepReport
 from bridge_core.ledger.model import Deliver, Delivery, Obligation, Reply, State
+from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.rows import new_row
 from bridge_core.ledger.statistics import LedgerStatistics
 

@@ -14,7 +14,7 @@ import enum
 import heapq
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 
 from bridge_core.ledger.model import ClaimLost, Deliver, Delivery, Obligation, Reply, State
+from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.schedule import (
     Abandon,
     Schedule,
@@ -31,50 +32,12 @@ from bridge_core.ledger.schedule import (
 )
 from bridge_core.ledger.statistics import LedgerStatistics
 from bridge_core.ledger.store import CLAIMABLE_STATES, LedgerStore, Scope
-from bridge_core.provider import LedgerAction, ProviderError, reading_for
+from bridge_core.ledger.turn import ClaimOnBegin
+from bridge_core.provider import LedgerAction, MessageRef, ProviderError, reading_for
 
 __all__ = ["DeliveryLedger", "SweepOutcome", "SweepReport"]
 
 log = logging.getLogger("bridge_core.ledger")
-
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    """What one sweep did: rows claimed and sent, and how they ended."""
-
-    claimed: int = 0
-    delivered: int = 0
-    failed: int = 0
-    abandoned: int = 0
-    marked: int = 0
-    skipped: int = 0
-
-    def __str__(self) -> str:
-        # For log lines: "nothing to send", or only the counts that are not zero.
-        counts = [
-            f"{value} {name}"
-            for name, value in (
-                ("delivered", self.delivered),
-                ("failed", self.failed),
-                ("abandoned", self.abandoned),
-                ("marked", self.marked),
-                ("skipped", self.skipped),
-            )
-            if value
-        ]
-        if not self.claimed and not counts:
-            return "nothing to send"
-        return f"{self.claimed} claimed" + (f": {', '.join(counts)}" if counts else "")
-
-    def __add__(self, other: SweepReport) -> SweepReport:
-        return SweepReport(
-            self.claimed + other.claimed,
-            self.delivered + other.delivered,
-            self.failed + other.failed,
-            self.abandoned + other.abandoned,
-            self.marked + other.marked,
-            self.skipped + other.skipped,
-        )
 
 
 class SweepOutcome(enum.StrEnum):
@@ -91,6 +54,11 @@ class _Outcome:
     kind: SweepOutcome
     marked: bool = False
     row: Obligation | None = None  # the row as it ended, when known
+
+
+_Ready = tuple[Obligation, bool, bool]  # a claimed row, whether it is marked, poster alive
+# the last part went out and the caller settles it (a batched sweep): told apart by identity
+_SENT = _Outcome(SweepOutcome.DELIVERED)
 
 
 class DeliveryLedger:
@@ -201,7 +169,7 @@ class DeliveryLedger:
         self._sending.add(row.id)
         try:
             if self._deliver_begins:
-                held: Obligation | _ClaimOnBegin = _ClaimOnBegin(self, row)
+                held: Obligation | ClaimOnBegin = ClaimOnBegin(self.store, self._clock, row)
             else:
                 claimed = await self.store.claim(row.id, fence=row.fence, now=now)
                 if claimed is None:
@@ -212,13 +180,21 @@ class DeliveryLedger:
             self._sending.discard(row.id)
 
     async def _send(
-        self, held: Obligation | _ClaimOnBegin, *, marked: bool, poster_alive: bool = False
+        self,
+        held: Obligation | ClaimOnBegin,
+        *,
+        marked: bool,
+        poster_alive: bool = False,
+        sent: list[tuple[Obligation, MessageRef, bool]] | None = None,
     ) -> _Outcome:
         """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
         first part's ``begin()`` makes; the later parts go out under the same claim (with
-        ``deliver_begins``, each later part's ``begin()`` proves it still holds)."""
-        claim = held if isinstance(held, _ClaimOnBegin) else None
-        row = held.row if isinstance(held, _ClaimOnBegin) else held
+        ``deliver_begins``, each later part's ``begin()`` proves it still holds).
+
+        With ``sent`` (a batched sweep), the last part's settle is left to the caller: the row,
+        its ref and ``marked`` go to ``sent`` and the outcome is ``_SENT``."""
+        claim = held if isinstance(held, ClaimOnBegin) else None
+        row = held.row if isinstance(held, ClaimOnBegin) else held
         first = len(row.delivered)
         parts = len(row.chunks)
         current: Obligation | None = row
@@ -265,6 +241,9 @@ class DeliveryLedger:
             now = self._clock()
             if part + 1 < parts:
                 current = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
+            elif sent is not None:
+                sent.append((row, ref, marked))
+                return _SENT
             else:
                 current = await self.store.settle(
                     row.id, fence=row.fence, state=State.DELIVERED, now=now, ref=ref
@@ -300,7 +279,7 @@ class DeliveryLedger:
             self._add_timer(self.schedule.resend_delays[0], row.id, row.fence)
         return _Outcome(SweepOutcome.FAILED, row=row)
 
-    async def _claim_late(self, claim: _ClaimOnBegin) -> bool:
+    async def _claim_late(self, claim: ClaimOnBegin) -> bool:
         """``deliver`` sent without awaiting ``begin()`` (a bug of the delivery function): claim
         now, so the row is still settled rather than sent again."""
         log.error(
@@ -364,12 +343,133 @@ class DeliveryLedger:
     # ------------------------------------------------------------------ sweeps
 
     async def _sweep(self, scope: Scope) -> SweepReport:
-        """Claim and send every row in ``scope``: ``schedule.concurrency`` workers take rows
-        from a stream one page deep, which a reader fills page by page.
+        """Claim and send every row in ``scope``. With ``deliver_begins`` each row is claimed at
+        its own turn (``_sweep_at_turns``); otherwise page by page (``_sweep_in_pages``)."""
+        if self._deliver_begins:
+            return await self._sweep_at_turns(scope)
+        return await self._sweep_in_pages(scope)
 
-        Each row is claimed just before its own send, never a page ahead, so a crash marks only
-        the rows whose sends had begun. The workers resume together when a group commit wakes
-        them, so their next claims share the next commit.
+    async def _sweep_in_pages(self, scope: Scope) -> SweepReport:
+        """Each page's rows are claimed in one statement, then sent in order by up to
+        ``schedule.concurrency`` workers; the delivered ones are settled together, in the
+        commit that claims the next page and reads the one after (ADR 0110).
+
+        A crash after a page's claim leaves its rows ``attempting``: every one is resent at the
+        next start, labelled as a possible duplicate, as a row claimed just before its send is.
+        """
+        counts = dict.fromkeys(SweepReport.__slots__, 0)
+        sent: list[tuple[Obligation, MessageRef, bool]] = []  # last part sent, not yet settled
+
+        async def settle_sent() -> None:
+            done = sent[:]
+            sent.clear()
+            try:
+                rows = await self.store.mark_delivered(
+                    [(row.id, row.fence, ref) for row, ref, _ in done], now=self._clock()
+                )
+            finally:
+                for row, _, _ in done:
+                    self._sending.discard(row.id)
+            for (row, _, marked), settled in zip(done, rows, strict=True):
+                if not settled:
+                    log.warning("ledger: %s was taken over during its send; stopping", row.id)
+                counts["delivered" if settled else "skipped"] += 1
+                counts["claimed"] += 1
+                counts["marked"] += marked
+
+        async def abandon(row: Obligation, reason: str) -> None:
+            gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=reason)
+            if gone is not None:
+                log.warning("ledger: abandoned %s: %s", row.id, reason)
+            counts["abandoned" if gone is not None else "skipped"] += 1
+            counts["claimed"] += gone is not None
+
+        async def read(after: tuple[float, str]) -> None:
+            page[:] = await self.store.candidates(
+                dataclasses.replace(scope, after=after), now=self._clock()
+            )
+
+        try:
+            page = await self.store.candidates(scope, now=self._clock())
+            while page:
+                now = self._clock()
+                claims: list[tuple[Obligation, bool, bool]] = []  # row, marked, poster alive
+                abandons: list[tuple[Obligation, str]] = []
+                for row in page:
+                    if not self._connected(row.platform) or row.id in self._sending:
+                        counts["skipped"] += 1
+                        continue
+                    verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
+                    if isinstance(verdict, Abandon):
+                        abandons.append((row, verdict.reason))
+                        continue
+                    claims.append((row, verdict.marked, row.owner == self.store.owner))
+                    self._sending.add(row.id)
+                after = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
+                page = []
+                try:
+                    # one commit: the last page's settles, this page's claims, the next page's read
+                    async with anyio.create_task_group() as group:
+                        if sent:
+                            group.start_soon(settle_sent)
+                        for row, reason in abandons:
+                            group.start_soon(abandon, row, reason)
+                        if after is not None:
+                            group.start_soon(read, after)
+                        held = await self.store.claim_many(
+                            [(row.id, row.fence) for row, _, _ in claims], now=now
+                        )
+                except BaseException:
+                    for row, _, _ in claims:
+                        self._sending.discard(row.id)
+                    raise
+                ready = []
+                for (row, marked, poster_alive), claimed in zip(claims, held, strict=True):
+                    if claimed is None:
+                        self._sending.discard(row.id)
+                        counts["skipped"] += 1
+                    else:
+                        ready.append((claimed, marked, poster_alive))
+
+                async def work(
+                    todo: Iterator[_Ready], group: anyio.abc.TaskGroup, left: int
+                ) -> None:
+                    for claimed, marked, poster_alive in todo:
+                        if left:  # the next worker starts when this one first waits (if it does)
+                            group.start_soon(work, todo, group, left - 1)
+                            left = 0
+                        try:
+                            outcome = await self._send(
+                                claimed, marked=marked, poster_alive=poster_alive, sent=sent
+                            )
+                        except BaseException:
+                            self._sending.discard(claimed.id)
+                            raise
+                        if outcome is _SENT:
+                            continue  # settled with the next commit
+                        self._sending.discard(claimed.id)
+                        counts[outcome.kind] += 1
+                        counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
+                        counts["marked"] += outcome.marked
+
+                todo = iter(ready)  # the workers share it: each row starts in order
+                if ready:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(work, todo, group, self.schedule.concurrency - 1)
+            if sent:
+                await settle_sent()
+        finally:
+            for row, _, _ in sent:  # cancelled or failed before their settle: not sending now
+                self._sending.discard(row.id)
+        return SweepReport(**counts)
+
+    async def _sweep_at_turns(self, scope: Scope) -> SweepReport:
+        """``schedule.concurrency`` workers take rows from a stream one page deep, which a
+        reader fills page by page.
+
+        Each row is claimed at its own turn (``Delivery.begin``), never a page ahead, so a crash
+        marks only the rows whose sends had begun (ADR 0025). The workers resume together when
+        a group commit wakes them, so their next claims share the next commit.
         """
         counts = dict.fromkeys(SweepReport.__slots__, 0)
         send_rows, receive_rows = anyio.create_memory_object_stream[Obligation](scope.limit)
@@ -531,30 +631,3 @@ class DeliveryLedger:
     def timers(self) -> int:
         """How many in-process resend timers are pending."""
         return len(self._timers)
-
-
-class _ClaimOnBegin:
-    """The claim of ``row`` that a delivery's ``begin()`` makes, once, when its turn comes."""
-
-    __slots__ = ("_ledger", "claimed", "row")
-
-    def __init__(self, ledger: DeliveryLedger, row: Obligation) -> None:
-        self._ledger = ledger
-        self.row = row
-        self.claimed: Obligation | None = None
-
-    async def begin(self) -> None:
-        if self.claimed is not None:
-            return
-        ledger = self._ledger
-        claimed = await ledger.store.claim(self.row.id, fence=self.row.fence, now=ledger._clock())
-        if claimed is None:
-            raise ClaimLost(
-                f"reply {self.row.id!r} was claimed elsewhere (or changed) before its turn came"
-            )
-        self.claimed = claimed
-
-    @property
-    def held(self) -> Obligation:
-        assert self.claimed is not None, "begin() has not claimed the row"
-        return self.claimed

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from bridge_core.ledger.model import Obligation, Reply, State
 from bridge_core.ledger.rows import new_row
@@ -135,6 +135,21 @@ class MemoryLedgerStore:
             next_attempt_at=None,
             updated_at=now,
         )
+
+    async def claim_many(
+        self, items: Sequence[tuple[str, int]], *, now: float
+    ) -> list[Obligation | None]:
+        return [
+            await self.claim(obligation_id, fence=fence, now=now) for obligation_id, fence in items
+        ]
+
+    async def mark_delivered(
+        self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
+    ) -> list[bool]:
+        return [
+            await self.settle(oid, fence=fence, state=State.DELIVERED, now=now, ref=ref) is not None
+            for oid, fence, ref in items
+        ]
 
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +44,11 @@ from bridge_core.provider import MessageRef
 __all__ = ["PostgresLedgerStore", "redact_url"]
 
 _PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+
+
+def _first(item: tuple[Any, ...]) -> str:
+    """A gathered item's row id."""
+    return str(item[0])
 
 
 def redact_url(url: str) -> str:
@@ -99,10 +104,12 @@ class PostgresLedgerStore:
                 conn, items, table=self._t, owner=self._owner, live=self._live
             ),
             self.connection,
+            key=_first,
         )
         self._held: Gathered[HeldItem, Obligation | None] = Gathered(
             lambda conn, items: held_many(conn, items, table=self._t, owner=self._owner),
             self.connection,
+            key=_first,
         )
 
     @property
@@ -270,6 +277,22 @@ class PostgresLedgerStore:
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
         return await self._claims.call((obligation_id, fence, now))
+
+    async def claim_many(
+        self, items: Sequence[tuple[str, int]], *, now: float
+    ) -> list[Obligation | None]:
+        return await self._claims.call_many([(oid, fence, now) for oid, fence in items])
+
+    async def mark_delivered(
+        self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
+    ) -> list[bool]:
+        settled = await self._held.call_many(
+            [
+                (oid, fence, now, State.DELIVERED.value, None, False, None, encode_refs([ref]))
+                for oid, fence, ref in items
+            ]
+        )
+        return [row is not None for row in settled]
 
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
@@ -24,7 +24,15 @@ from bridge_core.ledger.rows import (
     scope_where,
     to_obligation,
 )
-from bridge_core.ledger.sqlmerged import MergedClaims, MergedHeldUpdates, MergedRecords
+from bridge_core.ledger.sqlmerged import (
+    ClaimItem,
+    ClaimResult,
+    HeldItem,
+    HeldResult,
+    MergedClaims,
+    MergedHeldUpdates,
+    MergedRecords,
+)
 from bridge_core.ledger.sqlwriter import SQLiteWriter
 from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
 from bridge_core.provider import MessageRef
@@ -264,15 +272,34 @@ class SQLiteLedgerStore:
         return rows
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
+        item, known = self._claim_item(obligation_id, fence, now)
+        return self._claimed(known, await self.writer.call_merged(self._claims, item), fence, now)
+
+    async def claim_many(
+        self, items: Sequence[tuple[str, int]], *, now: float
+    ) -> list[Obligation | None]:
+        # One call of the writer for them all: the claims share its statements and its commit
+        prepared = [self._claim_item(obligation_id, fence, now) for obligation_id, fence in items]
+        results = await self.writer.call_merged_many(self._claims, [item for item, _ in prepared])
+        return [
+            self._claimed(known, result, fence, now)
+            for (_, fence), (_, known), result in zip(items, prepared, results, strict=True)
+        ]
+
+    def _claim_item(
+        self, obligation_id: str, fence: int, now: float
+    ) -> tuple[ClaimItem, Obligation | None]:
         # A row read at this fence and not attempting cannot have changed since without its
         # fence moving (only its holder changes an attempting row in place), so the claim's
         # changes are applied to it here and only the id comes back.
         known = self._recall(obligation_id, fence)
         if known is not None and known.state not in _CLAIMABLE_UNHELD:
             known = None
-        result = await self.writer.call_merged(
-            self._claims, (obligation_id, fence, now, None if known is None else known.created_at)
-        )
+        return (obligation_id, fence, now, None if known is None else known.created_at), known
+
+    def _claimed(
+        self, known: Obligation | None, result: ClaimResult, fence: int, now: float
+    ) -> Obligation | None:
         if result is None or result is False:
             return None
         if result is True:
@@ -314,6 +341,18 @@ class SQLiteLedgerStore:
     ) -> Obligation | None:
         return await self._held_update(obligation_id, fence, now, ref=ref)
 
+    async def mark_delivered(
+        self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
+    ) -> list[bool]:
+        # One call of the writer for them all, as ``claim_many``; a delivered row is final, so
+        # nothing of it is kept or rebuilt here.
+        prepared = [
+            self._held_item(oid, fence, now, ref=ref, state=State.DELIVERED)[0]
+            for oid, fence, ref in items
+        ]
+        settled = await self.writer.call_merged_many(self._held, prepared)
+        return [result is not None for result in settled]
+
     async def _held_update(
         self,
         obligation_id: str,
@@ -326,6 +365,39 @@ class SQLiteLedgerStore:
         penalty: bool = False,
         last_error: str | None = None,
     ) -> Obligation | None:
+        item, known = self._held_item(
+            obligation_id,
+            fence,
+            now,
+            ref=ref,
+            state=state,
+            next_attempt_at=next_attempt_at,
+            penalty=penalty,
+            last_error=last_error,
+        )
+        result = await self.writer.call_merged(self._held, item)
+        return self._held_result(
+            known,
+            result,
+            now,
+            ref=ref,
+            state=state,
+            next_attempt_at=next_attempt_at,
+            penalty=penalty,
+        )
+
+    def _held_item(
+        self,
+        obligation_id: str,
+        fence: int,
+        now: float,
+        *,
+        ref: MessageRef | None,
+        state: State | None = None,
+        next_attempt_at: float | None = None,
+        penalty: bool = False,
+        last_error: str | None = None,
+    ) -> tuple[HeldItem, Obligation | None]:
         # The row as this store claimed it: at its fence only these updates change it, and the
         # columns they append to (delivered, last_error) come back from the statement.
         known = self._recall(obligation_id, fence)
@@ -333,23 +405,33 @@ class SQLiteLedgerStore:
             known.state is not State.ATTEMPTING or known.owner != self._owner
         ):
             known = None
-        result = await self.writer.call_merged(
-            self._held,
-            (
-                obligation_id,
-                fence,
-                now,
-                None if state is None else state.value,
-                next_attempt_at,
-                int(penalty),
-                last_error,
-                "" if ref is None else ref.channel,
-                "" if ref is None else ref.message_id,
-                None if ref is None else ref.thread,
-                int(ref is not None),
-                None if known is None else known.created_at,
-            ),
+        item: HeldItem = (
+            obligation_id,
+            fence,
+            now,
+            None if state is None else state.value,
+            next_attempt_at,
+            int(penalty),
+            last_error,
+            "" if ref is None else ref.channel,
+            "" if ref is None else ref.message_id,
+            None if ref is None else ref.thread,
+            int(ref is not None),
+            None if known is None else known.created_at,
         )
+        return item, known
+
+    def _held_result(
+        self,
+        known: Obligation | None,
+        result: HeldResult,
+        now: float,
+        *,
+        ref: MessageRef | None,
+        state: State | None = None,
+        next_attempt_at: float | None = None,
+        penalty: bool = False,
+    ) -> Obligation | None:
         if result is None:
             return None
         if isinstance(result, tuple):

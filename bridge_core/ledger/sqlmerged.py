@@ -20,6 +20,7 @@ from bridge_core.ledger.model import Obligation
 from bridge_core.ledger.rows import COLUMNS, INSERT_COLUMNS, insert_params, to_obligation
 
 __all__ = [
+    "CHUNK",
     "rounds",
     "ClaimItem",
     "ClaimResult",
@@ -32,7 +33,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_CHUNK = 400  # rows per statement: far under SQLite's 32,766 bound variables
+CHUNK = 400  # rows per statement: far under SQLite's 32,766 bound variables
 _OPEN = "('pending', 'attempting', 'failed')"
 _RETURNING_APPENDED = (
     "RETURNING ledger.id, ledger.last_error, "
@@ -43,7 +44,7 @@ _RETURNING = "RETURNING " + ", ".join(f"ledger.{name.strip()}" for name in COLUM
 
 
 def rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[int, T]]]:
-    """``(index, item)`` in statements of at most ``_CHUNK`` items, each id once per statement
+    """``(index, item)`` in statements of at most ``CHUNK`` items, each id once per statement
     (a repeated id waits for a later statement)."""
     pending = list(enumerate(items))
     while pending:
@@ -52,7 +53,7 @@ def rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[i
         later: list[tuple[int, T]] = []
         for indexed in pending:
             name = key(indexed[1])
-            if name in seen or len(now) >= _CHUNK:
+            if name in seen or len(now) >= CHUNK:
                 later.append(indexed)
             else:
                 seen.add(name)

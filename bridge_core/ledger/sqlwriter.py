@@ -46,17 +46,31 @@ class _Call(Generic[T]):
     """One queued call. On asyncio the caller awaits a plain future (the cheap path the gateway
     runs on); elsewhere (trio) an anyio event woken through the loop's token."""
 
-    __slots__ = ("done", "error", "fn", "future", "item", "kind", "loop", "result", "token")
+    __slots__ = (
+        "done",
+        "error",
+        "fn",
+        "future",
+        "item",
+        "kind",
+        "loop",
+        "many",
+        "result",
+        "token",
+    )
 
     def __init__(
         self,
         fn: Callable[[sqlite3.Connection], T] | None,
-        kind: Merged[Any, T] | None = None,
+        kind: Merged[Any, Any] | None = None,
         item: object = None,
+        *,
+        many: bool = False,
     ) -> None:
         self.fn = fn
         self.kind = kind
         self.item = item
+        self.many = many  # ``item`` is a list of items; the result, a list of their results
         self.result: T | None = None
         self.error: BaseException | None = None
         self.future: asyncio.Future[None] | None = None
@@ -146,6 +160,16 @@ class SQLiteWriter:
     async def call_merged(self, kind: Merged[I_contra, T], item: I_contra) -> T:
         """Queue ``item`` for ``kind.run_many``; returns its result."""
         return await self._submit(_Call(None, kind, item))
+
+    async def call_merged_many(
+        self, kind: Merged[I_contra, T], items: Sequence[I_contra]
+    ) -> list[T]:
+        """Queue ``items`` for ``kind.run_many`` as one call (one wake-up for all of them, in the
+        same statements as other callers' items of that kind); returns their results in order."""
+        if not items:
+            return []
+        call: _Call[list[T]] = _Call(None, kind, list(items), many=True)
+        return await self._submit(call)
 
     async def _submit(self, pending: _Call[T]) -> T:
         if not self._running:  # a flag, not Thread.is_alive(): that takes a lock every call
@@ -275,8 +299,27 @@ def _run_unit(conn: sqlite3.Connection, unit: list[_Call[Any]]) -> None:
         assert first.fn is not None
         first.result = first.fn(conn)
         return
-    results = first.kind.run_many(conn, [call.item for call in unit])
-    if len(results) != len(unit):
-        raise RuntimeError(f"{first.kind!r} returned {len(results)} results for {len(unit)} items")
-    for call, result in zip(unit, results, strict=True):
-        call.result = result
+    items: list[Any] = []
+    many = False
+    for call in unit:
+        if call.many:
+            items += call.item  # type: ignore[arg-type]
+            many = True
+        else:
+            items.append(call.item)
+    results = first.kind.run_many(conn, items)
+    if len(results) != len(items):
+        raise RuntimeError(f"{first.kind!r} returned {len(results)} results for {len(items)} items")
+    if not many:  # one result each
+        for call, result in zip(unit, results, strict=True):
+            call.result = result
+        return
+    at = 0
+    for call in unit:
+        if call.many:
+            count = len(call.item)  # type: ignore[arg-type]
+            call.result = list(results[at : at + count])
+            at += count
+        else:
+            call.result = results[at]
+            at += 1

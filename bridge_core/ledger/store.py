@@ -8,7 +8,7 @@ cannot both win, whatever the store.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -101,6 +101,15 @@ class LedgerStore(Protocol):
         the claim, else ``None``."""
         ...
 
+    async def claim_many(
+        self, items: Sequence[tuple[str, int]], *, now: float
+    ) -> list[Obligation | None]:
+        """``claim`` for many ``(id, fence)`` at once, in one statement and one commit where the
+        store can: each item is its own compare-and-swap, exactly as ``claim``; one result per
+        item, in order. A sweep claims a page of rows with it before sending them in order
+        (ADR 0110)."""
+        ...
+
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str
     ) -> Obligation | None:
@@ -136,6 +145,14 @@ class LedgerStore(Protocol):
         """Prove this owner's claim (``fence``) still holds, keeping it (``attempting``, only
         ``updated_at`` moves): the ledger does this before each later part of a reply sent at
         its turn. The row, or ``None`` when the fence moved on (the claim is lost)."""
+        ...
+
+    async def mark_delivered(
+        self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
+    ) -> list[bool]:
+        """``settle(id, fence=fence, state=DELIVERED, ref=ref)`` for many ``(id, fence, ref)`` at
+        once, in one statement and one commit where the store can; for each item, whether it
+        was settled (``False``: the fence moved on and nothing changed)."""
         ...
 
     async def counts_by_state(

@@ -294,3 +294,27 @@ async def test_dead_owners_names_a_killed_owner_and_never_a_live_one(harness: An
     dead = await store.dead_owners()
     assert victim.owner in dead
     assert alive.owner not in dead and store.owner not in dead
+
+
+async def test_claim_many_and_mark_delivered_keep_each_rows_compare_and_swap(harness: Any) -> None:
+    """A sweep's page claim and its settles: each item is the single-row call's compare-and-swap,
+    one result per item in order, the same id twice in one call winning once."""
+    store = await harness.store(me=True)
+    a, _ = await store.record(reply("a"), now=NOW)
+    b, _ = await store.record(reply("b"), now=NOW)
+    c, _ = await store.record(reply("c"), now=NOW)
+    assert await store.claim(c.id, fence=0, now=NOW) is not None  # c's fence moved on
+    held = await store.claim_many([(a.id, 0), (c.id, 0), (b.id, 0), (a.id, 0)], now=NOW + 1)
+    assert [row is not None for row in held] == [True, False, True, False]
+    assert held[0] == await store.get(a.id) and held[2] == await store.get(b.id)
+    assert held[0] is not None and (held[0].state, held[0].fence) == (State.ATTEMPTING, 1)
+    ref = MessageRef("C1", "100", "T1")
+    settled = await store.mark_delivered([(a.id, 1, ref), (b.id, 0, ref)], now=NOW + 2)
+    assert settled == [True, False]  # b is held at fence 1, not 0
+    done = await store.get(a.id)
+    assert done is not None and done.state is State.DELIVERED and done.delivered == (ref,)
+    still = await store.get(b.id)
+    assert still is not None and still.state is State.ATTEMPTING and still.delivered == ()
+    assert (
+        await store.claim_many([], now=NOW) == [] and await store.mark_delivered([], now=NOW) == []
+    )
