@@ -143,7 +143,14 @@ class PostgresLedgerStore:
                 yield conn
             finally:
                 if conn.closed:
-                    conn = await self._connect()
+                    # Shielded: a caller cancelled mid-query (psycopg then closes the connection)
+                    # must not take the pool's connection with it; a slot whose connection never
+                    # came back left the pool one short and a later caller popping an empty list.
+                    with anyio.move_on_after(10, shield=True):
+                        try:
+                            conn = await self._connect()
+                        except LedgerError:
+                            pass  # the closed one goes back: its next user fails, and replaces it
                 self._idle.append(conn)
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
