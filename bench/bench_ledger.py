@@ -354,10 +354,14 @@ async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> list[
         await store.aclose()
 
 
+QUICK = {"replies": 2000, "sweep_rows": 2000, "pg_replies": 500, "pg_sweep_rows": 1000}
+"""The counts of a quick run (``--quick``, ``figures(quick=True)``): a few seconds."""
+
+
 def figures(*, quick: bool = False) -> list[Figure]:
     """This module's figures (``bench/_figures.py``); ``quick``: small counts, for a smoke run."""
     if quick:
-        sizes = {"replies": 2000, "sweep_rows": 2000, "pg_replies": 500, "pg_sweep_rows": 1000}
+        sizes = dict(QUICK)
     else:
         sizes = {"replies": 30_000, "sweep_rows": 100_000, "pg_replies": 5000}
         sizes["pg_sweep_rows"] = 20_000
@@ -389,7 +393,10 @@ async def main() -> None:
     )
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
     args = parser.parse_args()
+    if args.quick:
+        args.replies, args.sweep_rows, args.pg_replies, args.pg_sweep_rows = QUICK.values()
     found = await measure(
         args.replies,
         args.sweep_rows,

@@ -43,8 +43,10 @@ _RETURNING_APPENDED = (
 _RETURNING = "RETURNING " + ", ".join(f"ledger.{name.strip()}" for name in COLUMNS.split(","))
 
 
-def rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[int, T]]]:
-    """``(index, item)`` in statements of at most ``CHUNK`` items, each id once per statement
+def rounds(
+    items: Sequence[T], key: Callable[[T], str], *, size: int = CHUNK
+) -> Iterator[list[tuple[int, T]]]:
+    """``(index, item)`` in statements of at most ``size`` items, each id once per statement
     (a repeated id waits for a later statement)."""
     pending = list(enumerate(items))
     while pending:
@@ -53,7 +55,7 @@ def rounds(items: Sequence[T], key: Callable[[T], str]) -> Iterator[list[tuple[i
         later: list[tuple[int, T]] = []
         for indexed in pending:
             name = key(indexed[1])
-            if name in seen or len(now) >= CHUNK:
+            if name in seen or len(now) >= size:
                 later.append(indexed)
             else:
                 seen.add(name)
