@@ -26,6 +26,7 @@ from dataclasses import replace
 import anyio
 import anyio.lowlevel
 from _figures import Figure, print_table
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.events import (
     AgentFinished,
@@ -37,7 +38,7 @@ from bridge_core.events import (
     ToolStarted,
 )
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import SLACK_BUDGET, Capabilities, ChatProvider, MessageRef
+from bridge_core.provider import Capabilities, ChatProvider, MessageRef
 from bridge_core.sending import ChannelSender
 
 AGENTS = 1_000

@@ -25,8 +25,9 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 from _figures import Figure, print_table
+from bridge_slack import SLACK_BUDGET
 
-from bridge_core.provider import SLACK_BUDGET, Capabilities, ChatProvider, MessageRef
+from bridge_core.provider import Capabilities, ChatProvider, MessageRef
 from bridge_core.runtime.streaming import reply_splitter
 from bridge_core.sending import ChannelSender
 from bridge_core.streams import ReplyStream

@@ -13,10 +13,6 @@ from importlib.metadata import PackageNotFoundError, version
 from bridge_core.errors import BridgeError
 from bridge_core.hookspecs import ProviderContext, ProviderSettings, ProviderType, hookimpl
 from bridge_core.provider import (
-    BUDGET_PRESETS,
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
     Capabilities,
     ChatProvider,
     ConnectionLost,
@@ -59,12 +55,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
 
 __all__ = [
-    "BUDGET_PRESETS",
     "BridgeError",
-    "DISCORD_BUDGET",
     "MAX_RETRY_AFTER",
-    "SLACK_BUDGET",
-    "TEAMS_BUDGET",
     "Capabilities",
     "ChatProvider",
     "ConnectionLost",

@@ -4,10 +4,16 @@
 ``resolve_budget`` turns it into the ``bridge_core.provider.SendBudget`` a channel's sender
 paces by. Re-exported by ``bridge_core.config``; this module exists so that file stays one idea
 (loading and validating the whole file) and so a provider's settings can use budgets without it.
+
+The preset names are not the core's: plugins register them (the ``register_budget_presets``
+hook) and the provider registry holds them. Validation checks a name against the presets handed
+in the validation context (``budget_context(presets)``, as ``parse_config`` does), so an unknown
+name is an error at its key; resolving it takes the same presets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Union
 
 from pydantic import (
@@ -17,17 +23,21 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     model_validator,
 )
 
-from bridge_core.provider import BUDGET_PRESETS, SendBudget, Window
+from bridge_core.provider import SendBudget, Window
 
 __all__ = [
+    "PRESETS_CONTEXT",
     "BudgetNumbers",
     "BudgetSpec",
     "PresetName",
     "StrictModel",
     "WindowSpec",
+    "budget_context",
+    "preset_named",
     "resolve_budget",
 ]
 
@@ -42,18 +52,35 @@ class StrictModel(BaseModel):
     )
 
 
-def _presets() -> str:
-    return ", ".join(sorted(BUDGET_PRESETS))
+PRESETS_CONTEXT = "budget_presets"
+"""The key of the validation context that holds the known presets (name -> ``SendBudget``)."""
 
 
-def _check_preset_name(value: str) -> str:
-    if value not in BUDGET_PRESETS:
-        raise ValueError(f"unknown budget preset {value!r}; expected one of {_presets()}")
+def budget_context(presets: Mapping[str, SendBudget]) -> dict[str, Any]:
+    """The validation context under which a budget's preset name is checked against ``presets``
+    (``Model.model_validate(data, context=budget_context(registry.budget_presets))``)."""
+    return {PRESETS_CONTEXT: presets}
+
+
+def preset_named(name: str, presets: Mapping[str, SendBudget]) -> SendBudget:
+    """The preset ``name``; a ``ValueError`` naming it and the known presets when there is none."""
+    try:
+        return presets[name]
+    except KeyError:
+        known = ", ".join(sorted(presets)) or "none"
+        raise ValueError(f"unknown budget preset {name!r}; expected one of {known}") from None
+
+
+def _check_preset_name(value: str, info: ValidationInfo) -> str:
+    presets = (info.context or {}).get(PRESETS_CONTEXT)
+    # Without presets in the context (a model built by hand) the name is checked on resolving.
+    if presets is not None:
+        preset_named(value, presets)
     return value
 
 
 PresetName = Annotated[str, AfterValidator(_check_preset_name)]
-"""The name of a budget preset in ``bridge_core.provider.BUDGET_PRESETS``."""
+"""The name of a budget preset a plugin registered (``ProviderRegistry.budget_presets``)."""
 
 
 class WindowSpec(StrictModel):
@@ -78,8 +105,9 @@ class BudgetNumbers(StrictModel):
     """
 
     preset: PresetName | None = None
-    """The preset to start from: ``slack``, ``discord``, ``teams`` or ``unlimited``. The other keys
-    replace its numbers; without a preset, ``burst`` and a rate are required."""
+    """The preset to start from: ``unlimited``, or one an installed plugin offers (``slack``,
+    ``discord``, ``teams``, ``matrix``; ``chatbridge providers`` lists them). The other keys replace
+    its numbers; without a preset, ``burst`` and a rate are required."""
     burst: int | None = Field(default=None, ge=1)
     """Sends allowed back to back: the token bucket's size. A full bucket lets this many go at once
     before the rate paces the rest; raise it only where the platform tolerates bursts. Not set: the
@@ -112,8 +140,9 @@ class BudgetNumbers(StrictModel):
             raise ValueError("a budget without a preset needs burst and per_second or per_hour")
         return self
 
-    def resolve(self) -> SendBudget:
-        base = BUDGET_PRESETS[self.preset] if self.preset is not None else None
+    def resolve(self, presets: Mapping[str, SendBudget]) -> SendBudget:
+        """The ``SendBudget`` these numbers stand for, over ``presets[self.preset]`` if named."""
+        base = preset_named(self.preset, presets) if self.preset is not None else None
         burst = self.burst if self.burst is not None else base.burst if base else 1
         spacing = (
             self.edit_spacing
@@ -154,10 +183,13 @@ BudgetSpec = Annotated[
 """A preset name (``"slack"``) or a ``BudgetNumbers`` table."""
 
 
-def resolve_budget(spec: str | BudgetNumbers | None, default: SendBudget) -> SendBudget:
-    """The ``SendBudget`` a spec stands for, or ``default`` when there is none."""
+def resolve_budget(
+    spec: str | BudgetNumbers | None, default: SendBudget, *, presets: Mapping[str, SendBudget]
+) -> SendBudget:
+    """The ``SendBudget`` a spec stands for, or ``default`` when there is none; a preset name is
+    looked up in ``presets`` (``ValueError`` naming the known ones when it is not there)."""
     if spec is None:
         return default
     if isinstance(spec, str):
-        return BUDGET_PRESETS[_check_preset_name(spec)]
-    return spec.resolve()
+        return preset_named(spec, presets)
+    return spec.resolve(presets)

@@ -8,7 +8,7 @@ handler and notification timing), the **stores**, the HTTP **api** and the **not
     [profiles.ops-slack]
     provider = "slack"
     settings = { token = { env = "SLACK_BOT_TOKEN" } }
-    budget = "slack"                  # a preset, or { burst = 3, per_hour = 3600 }
+    budget = "slack"                  # a preset a plugin offers, or { burst = 3, per_hour = 3600 }
 
     [channels.ops]
     profile = "ops-slack"
@@ -53,6 +53,7 @@ from bridge_core._config_budget import (
     BudgetSpec,
     StrictModel,
     WindowSpec,
+    budget_context,
     resolve_budget,
 )
 from bridge_core._config_problems import ConfigProblem, masked_url, problems_from
@@ -81,6 +82,7 @@ __all__ = [
     "Secret",
     "StoresConfig",
     "WindowSpec",
+    "budget_context",
     "config_path",
     "known_event_kinds",
     "load_config",
@@ -196,9 +198,10 @@ class ProfileConfig(StrictModel):
     settings](#provider-settings)). Write secrets as ``{ env = "NAME" }``."""
     budget: BudgetSpec | None = None
     """The send limits of each channel this profile posts to, replacing the provider's default: a
-    preset name (``slack``, ``discord``, ``teams``, ``unlimited``) or a table. Every channel is
-    paced on its own budget, shared by all gateways when they share Redis. Tighten it for a
-    workspace with stricter limits; loosen it for a self-hosted platform."""
+    preset name (``unlimited``, or one a plugin offers: ``slack``, ``discord``, ``teams``,
+    ``matrix``) or a table. Every channel is paced on its own budget, shared by all gateways when
+    they share Redis. Tighten it for a workspace with stricter limits; loosen it for a self-hosted
+    platform."""
     provider_type: ProviderType[Any] | None = Field(default=None, exclude=True)
     """Filled in by the loader: the provider type ``provider`` names. Not a key of the file."""
     send_budget: SendBudget | None = Field(default=None, exclude=True)
@@ -443,8 +446,15 @@ def parse_config(
         dict(data), os.environ if environ is None else environ, "", problems
     )
     resolved = _apply_notify_defaults(resolved)
+    if providers is None:
+        from bridge_core.plugins import create_plugin_manager
+
+        providers = create_plugin_manager().providers
     try:
-        config = BridgeConfig.model_validate(resolved)
+        # The plugins name the budget presets: an unknown ``budget = "..."`` is refused here.
+        config = BridgeConfig.model_validate(
+            resolved, context=budget_context(providers.budget_presets)
+        )
     except ValidationError as exc:
         problems.extend(problems_from(exc, prefix="", model=BridgeConfig))
         raise ConfigError(path, problems) from None
@@ -456,10 +466,6 @@ def parse_config(
         if ledger is not None and not ledger.is_absolute():
             stores = config.stores.model_copy(update={"ledger": str(path.parent / ledger)})
             config = config.model_copy(update={"stores": stores})
-    if providers is None:
-        from bridge_core.plugins import create_plugin_manager
-
-        providers = create_plugin_manager().providers
     _resolve_profiles(config, providers, problems)
     for name, channel in config.channels.items():
         if channel.profile not in config.profiles:
@@ -512,6 +518,7 @@ def _apply_notify_defaults(data: dict[str, Any]) -> dict[str, Any]:
 def _resolve_profiles(
     config: BridgeConfig, providers: ProviderRegistry, problems: list[ConfigProblem]
 ) -> None:
+    presets = providers.budget_presets
     for name, profile in list(config.profiles.items()):
         if profile.provider not in providers:
             problems.append(
@@ -522,7 +529,9 @@ def _resolve_profiles(
             continue
         provider_type = providers.get(profile.provider)
         try:
-            settings = provider_type.settings_model.model_validate(profile.settings)
+            settings = provider_type.settings_model.model_validate(
+                profile.settings, context=budget_context(presets)
+            )
         except ValidationError as exc:
             problems.extend(
                 problems_from(
@@ -535,12 +544,12 @@ def _resolve_profiles(
         own_budget = getattr(settings, "budget", None)
         default = provider_type.budget
         if isinstance(own_budget, (str, BudgetNumbers)):
-            default = resolve_budget(own_budget, default)
+            default = resolve_budget(own_budget, default, presets=presets)
         config.profiles[name] = profile.model_copy(
             update={
                 "settings": settings,
                 "provider_type": provider_type,
-                "send_budget": resolve_budget(profile.budget, default),
+                "send_budget": resolve_budget(profile.budget, default, presets=presets),
             }
         )
 

@@ -13,6 +13,12 @@ registered objects. A provider plugin is a distribution with an entry point in t
     def register_providers(register):
         register(ProviderType(name="slack", settings_model=SlackSettings, factory=..., ...))
 
+A plugin may also name budget presets, so a profile can say ``budget = "slack"``::
+
+    @hookimpl
+    def register_budget_presets(register):
+        register("slack", SLACK_BUDGET)
+
 Hookimpls never declare default arguments (pluggy never passes them).
 """
 
@@ -34,6 +40,7 @@ __all__ = [
     "ProviderType",
     "hookimpl",
     "hookspec",
+    "register_budget_presets",
     "register_providers",
 ]
 
@@ -100,4 +107,16 @@ def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     """Register provider types by calling ``register(ProviderType(...))`` once for each.
 
     :param register: call it with each ``ProviderType`` this plugin offers.
+    """
+
+
+@hookspec
+def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+    """Register named send budgets by calling ``register(name, budget)`` once for each.
+
+    A profile (or a provider's settings) then says ``budget = "name"``, or starts a table of
+    numbers from it (``budget = { preset = "name", burst = 5 }``). The core itself offers only
+    ``unlimited``; a name two plugins register is refused for the second.
+
+    :param register: call it with each preset's name and its ``SendBudget``.
     """

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 import pluggy
@@ -39,9 +39,11 @@ import pluggy
 from bridge_core import hookspecs
 from bridge_core.errors import BridgeError
 from bridge_core.hookspecs import PROJECT_NAME, ProviderType
+from bridge_core.provider import UNLIMITED_BUDGET, SendBudget
 
 __all__ = [
     "BUILTIN_PLUGINS",
+    "CORE_BUDGET_PRESETS",
     "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
     "LOAD_PLUGINS_VAR",
@@ -66,6 +68,10 @@ LOAD_PLUGINS_VAR = "CHATBRIDGE_LOAD_PLUGINS"
 TRACE_HOOKS_VAR = "CHATBRIDGE_TRACE_HOOKS"
 CORE_DISTRIBUTION = "bridge-core"
 BUILTIN_PLUGINS: tuple[str, ...] = ("bridge_core.providers.console",)
+
+CORE_BUDGET_PRESETS: Mapping[str, SendBudget] = {"unlimited": UNLIMITED_BUDGET}
+"""The presets the core offers itself; every other one comes from a plugin's
+``register_budget_presets``."""
 
 _PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 
@@ -171,20 +177,29 @@ class RegisteredProvider:
 
 class ProviderRegistry:
     """The provider types the loaded plugins registered, by name (``in``, iteration in name
-    order, ``len``, ``registry[name]`` and ``get(name)``, which raises ``UnknownProvider``)."""
+    order, ``len``, ``registry[name]`` and ``get(name)``, which raises ``UnknownProvider``), and
+    the budget presets they named (``budget_presets``: the core's ``unlimited`` and every one
+    given in ``presets``)."""
 
     def __init__(
         self,
         entries: Iterable[RegisteredProvider] = (),
         *,
+        presets: Mapping[str, SendBudget] | None = None,
         broken: Sequence[BrokenPlugin] = (),
         not_loaded: Sequence[str] = (),
     ) -> None:
         self._entries: dict[str, RegisteredProvider] = {}
         for entry in entries:
             self._add(entry)
+        self._presets = {**(presets or {}), **CORE_BUDGET_PRESETS}
         self._broken = tuple(broken)
         self._not_loaded = tuple(not_loaded)
+
+    @property
+    def budget_presets(self) -> Mapping[str, SendBudget]:
+        """Every budget preset a profile may name, by name (read-only)."""
+        return MappingProxyType(self._presets)
 
     def _add(self, entry: RegisteredProvider) -> None:
         previous = self._entries.get(entry.type.name)
@@ -440,15 +455,32 @@ class PluginManager:
             self._providers = self._collect_providers()
         return self._providers
 
-    def _collect_providers(self) -> ProviderRegistry:
-        entries: list[RegisteredProvider] = []
-        for name, plugin in list(self.pm.list_name_plugin()):
-            if plugin is None:
-                continue
-            impls = self.pm.hook.register_providers.get_hookimpls()
+    def _implementers(self, hook: str) -> Iterator[tuple[str, str, str, Any]]:
+        """(plugin name, distribution, version, a caller of ``hook`` on that plugin alone) for
+        each plugin implementing ``hook``, so what it registers is attributed to it."""
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
+        plugins = [(name, p) for name, p in self.pm.list_name_plugin() if p is not None]
+        for name, plugin in plugins:
             if not any(impl.plugin is plugin for impl in impls):
                 continue
             distribution, version, _ = self._origin.get(name, ("unknown", "unknown", False))
+            others = [p for _, p in plugins if p is not plugin]
+            yield name, distribution, version, self.pm.subset_hook_caller(hook, others)
+
+    def _called(
+        self, caller: Any, register: Any, name: str, distribution: str, version: str
+    ) -> bool:
+        """Call ``caller(register=register)``; a plugin whose hook raised is reported broken."""
+        try:
+            caller(register=register)
+        except Exception as exc:
+            self._report(BrokenPlugin(distribution, version, name, _type(exc), str(exc)), exc)
+            return False
+        return True
+
+    def _collect_providers(self) -> ProviderRegistry:
+        entries: list[RegisteredProvider] = []
+        for name, distribution, version, caller in self._implementers("register_providers"):
             collected: list[ProviderType[Any]] = []
 
             def register(
@@ -465,18 +497,46 @@ class PluginManager:
                     )
                 _into.append(provider_type)
 
-            others = [p for _, p in self.pm.list_name_plugin() if p is not plugin and p is not None]
-            caller = self.pm.subset_hook_caller("register_providers", remove_plugins=others)
-            try:
-                caller(register=register)
-            except Exception as exc:
-                self._report(BrokenPlugin(distribution, version, name, _type(exc), str(exc)), exc)
+            if not self._called(caller, register, name, distribution, version):
                 continue
             for provider_type in collected:
                 typed = dataclasses.replace(provider_type, distribution=distribution)
                 entries.append(RegisteredProvider(typed, distribution, version))
+        presets = self._collect_budget_presets()
         # Built after the hook calls, so a plugin whose hook failed is among the broken ones.
-        return ProviderRegistry(entries, broken=self.broken, not_loaded=self.not_loaded)
+        return ProviderRegistry(
+            entries, presets=presets, broken=self.broken, not_loaded=self.not_loaded
+        )
+
+    def _collect_budget_presets(self) -> dict[str, SendBudget]:
+        """Call ``register_budget_presets`` once per plugin; a plugin whose hook raised, or that
+        names a preset already taken, is reported as broken and none of its presets count."""
+        presets: dict[str, SendBudget] = dict(CORE_BUDGET_PRESETS)
+        owners = dict.fromkeys(presets, CORE_DISTRIBUTION)
+        for name, distribution, version, caller in self._implementers("register_budget_presets"):
+            collected: dict[str, SendBudget] = {}
+
+            def register(
+                preset: str, budget: SendBudget, _into: dict[str, SendBudget] = collected
+            ) -> None:
+                if not isinstance(budget, SendBudget):
+                    raise TypeError(
+                        f"register() takes a name and a SendBudget, got {type(budget).__name__}"
+                    )
+                if not isinstance(preset, str) or not _PROVIDER_NAME.match(preset):
+                    raise ValueError(
+                        f"budget preset name {preset!r} must be lowercase letters, digits, '-'"
+                        " or '_', starting with a letter"
+                    )
+                if preset in presets or preset in _into:
+                    owner = owners.get(preset, "this plugin")
+                    raise ValueError(f"budget preset {preset!r} is already registered by {owner}")
+                _into[preset] = budget
+
+            if self._called(caller, register, name, distribution, version):
+                presets.update(collected)
+                owners.update(dict.fromkeys(collected, distribution))
+        return presets
 
 
 def _type(exc: BaseException) -> str:

@@ -34,12 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 from bridge_core.errors import BridgeError
 
 __all__ = [
-    "DISCORD_BUDGET",
     "ERROR_TABLE",
-    "SLACK_BUDGET",
-    "TEAMS_BUDGET",
     "UNLIMITED_BUDGET",
-    "BUDGET_PRESETS",
     "Capabilities",
     "ChatProvider",
     "ConnectionLost",
@@ -301,21 +297,9 @@ class SendBudget:
         }
 
 
-# Seed ADR 0007's presets. Teams and Discord add the documented short windows (PLATFORMS.md):
-# Discord's observed 5 messages per 5 s per channel is tighter than burst 5 + 1/s, and without
-# the window discord.py would wait silently inside a call instead of our sender pacing ahead.
-SLACK_BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
-DISCORD_BUDGET = SendBudget.hourly(burst=5, per_hour=3600, extra=(Window(5, 5.0),))
-TEAMS_BUDGET = SendBudget.hourly(
-    burst=7, per_hour=1800, extra=(Window(7, 1.0), Window(8, 2.0), Window(60, 30.0))
-)
+# The one preset the core offers: no pacing at all (the console, tests). The platforms' presets
+# live in their plugins, which register them through the ``register_budget_presets`` hook.
 UNLIMITED_BUDGET = SendBudget(burst=1_000_000, per_second=1_000_000.0, edit_spacing=0.0)
-BUDGET_PRESETS: dict[str, SendBudget] = {
-    "slack": SLACK_BUDGET,
-    "discord": DISCORD_BUDGET,
-    "teams": TEAMS_BUDGET,
-    "unlimited": UNLIMITED_BUDGET,
-}
 
 
 # --------------------------------------------------------------------------- capabilities

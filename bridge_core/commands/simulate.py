@@ -62,12 +62,17 @@ from bridge_core.commands.simulate_streams import (
     SimulatedReplies,
     reply_line,
 )
-from bridge_core.config import BudgetSpec, NotifySettings, known_event_kinds, resolve_budget
+from bridge_core.config import (
+    BudgetSpec,
+    NotifySettings,
+    budget_context,
+    known_event_kinds,
+    resolve_budget,
+)
 from bridge_core.events import AgentFinished, AgentGone, EventError, FleetEvent, parse_event
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.plugins import PluginError
+from bridge_core.plugins import CORE_BUDGET_PRESETS, PluginError
 from bridge_core.provider import (
-    BUDGET_PRESETS,
     UNLIMITED_BUDGET,
     Capabilities,
     Forbidden,
@@ -77,6 +82,7 @@ from bridge_core.provider import (
     RateLimited,
     SendBudget,
     TransportError,
+    Window,
 )
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.sending import ChannelSender
@@ -88,6 +94,7 @@ from bridge_core.testing.budget import (
 )
 
 __all__ = [
+    "FALLBACK_BUDGETS",
     "FALLBACK_CAPABILITIES",
     "HORIZON",
     "MAX_LINE_BYTES",
@@ -105,7 +112,8 @@ PROGRESS_FROM = 10_000  # lines: below this a run is too quick to need a progres
 HORIZON = 30 * 86_400.0  # seconds: the latest ``t`` a log may use (ADR 0071)
 MAX_LINE_BYTES = 1024 * 1024  # one event line; the gateway's API takes a whole body this big
 
-# Used when a provider's plugin is not installed (PLATFORMS.md).
+# Used when a provider's plugin is not installed: copies of what each plugin declares
+# (PLATFORMS.md), which tests/simulate/test_simulate_cli.py holds equal to the plugins' own.
 FALLBACK_CAPABILITIES: dict[str, Capabilities] = {
     "slack": Capabilities(edit=True, max_length=3900, threads=True, inbound=True, probe=True),
     "discord": Capabilities(
@@ -116,7 +124,14 @@ FALLBACK_CAPABILITIES: dict[str, Capabilities] = {
     ),
     "console": Capabilities(edit=True, max_length=4000, threads=True, probe=True),
 }
-FALLBACK_BUDGETS: dict[str, SendBudget] = {**BUDGET_PRESETS, "console": UNLIMITED_BUDGET}
+FALLBACK_BUDGETS: dict[str, SendBudget] = {
+    "slack": SendBudget.hourly(burst=3, per_hour=3600),
+    "discord": SendBudget.hourly(burst=5, per_hour=3600, extra=(Window(5, 5.0),)),
+    "teams": SendBudget.hourly(
+        burst=7, per_hour=1800, extra=(Window(7, 1.0), Window(8, 2.0), Window(60, 30.0))
+    ),
+    "console": UNLIMITED_BUDGET,
+}
 
 
 # --------------------------------------------------------------------------- the log
@@ -249,7 +264,7 @@ def _read_config(path: Path | None) -> SimulateConfig:
             if key in notify:
                 data[key] = notify.pop(key)
     try:
-        config = SimulateConfig.model_validate(data)
+        config = SimulateConfig.model_validate(data, context=budget_context(_budget_presets()))
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
@@ -260,6 +275,16 @@ def _read_config(path: Path | None) -> SimulateConfig:
         if unknown:
             raise click.ClickException(f"{path}: kinds: unknown event kind(s) {unknown}")
     return config
+
+
+def _budget_presets() -> dict[str, SendBudget]:
+    """The presets a ``budget = "..."`` may name: the installed plugins', and the fallbacks of the
+    platforms whose plugin is not installed."""
+    fallbacks = {name: budget for name, budget in FALLBACK_BUDGETS.items() if name != "console"}
+    try:
+        return {**fallbacks, **get_plugin_manager().providers.budget_presets}
+    except PluginError:
+        return {**fallbacks, **CORE_BUDGET_PRESETS}
 
 
 def _provider_profile(name: str) -> tuple[Capabilities, SendBudget, str]:
@@ -525,7 +550,7 @@ def command(
     lines = sum(1 for _ in iter_log(events))  # every line checked before anything runs
     config = _read_config(config_path)
     capabilities, budget, source = _provider_profile(provider_name)
-    budget = resolve_budget(config.budget, budget)
+    budget = resolve_budget(config.budget, budget, presets=_budget_presets())
     if config.edit is not None:
         capabilities = replace(capabilities, edit=config.edit)
     notify = NotifyConfig.for_channel(config)

@@ -44,7 +44,7 @@ from typing import IO, Any, Literal, TextIO
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from bridge_core.config import BudgetSpec, resolve_budget
+from bridge_core.config import BudgetSpec
 from bridge_core.hookspecs import ProviderContext, ProviderType, hookimpl
 from bridge_core.provider import (
     UNLIMITED_BUDGET,
@@ -59,7 +59,6 @@ from bridge_core.provider import (
     NotFound,
     ProviderError,
     RateLimited,
-    SendBudget,
     StreamingMode,
     TransportError,
     Unreachable,
@@ -184,7 +183,6 @@ class ConsoleProvider(ChatProvider):
     ) -> None:
         self.settings = settings or ConsoleSettings()
         self.profile = profile
-        self.budget: SendBudget = resolve_budget(self.settings.budget, UNLIMITED_BUDGET)
         self.run_prefix = run_prefix or secrets.token_hex(4)
         self._counter = 0
         self._inbound_counter = 0

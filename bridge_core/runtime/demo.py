@@ -141,7 +141,12 @@ def demo_config(data_dir: Path, transcript: Path, *, agent_process: bool = False
         "profiles": {
             DEMO_PROFILE: {
                 "provider": "console",
-                "settings": {"transcript": str(transcript), "budget": "slack"},
+                # Slack's pace, written out (its preset is bridge-slack's, not installed here):
+                # 3 back to back, then one a second, at most 3,600 in any hour.
+                "settings": {
+                    "transcript": str(transcript),
+                    "budget": {"burst": 3, "per_hour": 3600},
+                },
             }
         },
         "channels": {DEMO_CHANNEL: channel},

@@ -77,14 +77,17 @@ def platform_errors() -> str:
 
 
 def budget_presets() -> str:
-    """``bridge_core.provider.BUDGET_PRESETS`` as a table."""
-    from bridge_core.provider import BUDGET_PRESETS
+    """The budget presets of the installed plugins (and the core's ``unlimited``) as a table,
+    read from the provider registry (``register_budget_presets``)."""
+    from bridge_core.plugins import create_plugin_manager
+
+    presets = create_plugin_manager().providers.budget_presets
 
     rows = [
         "| preset | burst | refill per second | sliding windows | edit spacing |",
         "|---|---|---|---|---|",
     ]
-    for name, budget in BUDGET_PRESETS.items():
+    for name, budget in sorted(presets.items()):
         windows = (
             ", ".join(f"{w.limit:,} in {number(w.seconds)} s" for w in budget.windows) or "none"
         )

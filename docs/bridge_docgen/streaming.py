@@ -17,10 +17,15 @@ WIDTH, HEIGHT, LEFT, RIGHT = 760, 190, 40, 20
 
 
 def streaming_timeline() -> str:
-    from bridge_core.commands.simulate import FALLBACK_CAPABILITIES, Fault, run_simulation
+    from bridge_core.commands.simulate import (
+        FALLBACK_BUDGETS,
+        FALLBACK_CAPABILITIES,
+        Fault,
+        run_simulation,
+    )
     from bridge_core.commands.simulate_streams import ReplyLine
     from bridge_core.notify import NotifyConfig
-    from bridge_core.provider import SLACK_BUDGET, RateLimited
+    from bridge_core.provider import RateLimited
     from bridge_core.testing.budget import read_transcript
 
     deltas = [(round(i * 0.1, 3), ReplyLine("r1", f"word{i} ", False)) for i in range(121)]
@@ -31,7 +36,7 @@ def streaming_timeline() -> str:
         result = run_simulation(
             items,
             capabilities=FALLBACK_CAPABILITIES["slack"],
-            budget=SLACK_BUDGET,
+            budget=FALLBACK_BUDGETS["slack"],
             notify=NotifyConfig(),
             transcript=transcript,
         )

@@ -18,7 +18,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from bridge_core.config import BridgeConfig, parse_config
-from bridge_core.provider import BUDGET_PRESETS, ERROR_TABLE
+from bridge_core.plugins import create_plugin_manager
+from bridge_core.provider import ERROR_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -98,7 +99,7 @@ def test_the_error_table_is_the_code_table(site: Path) -> None:
 
 def test_the_budget_presets_are_the_code_presets(site: Path) -> None:
     html = page(site, "concepts/notifications")
-    for name, budget in BUDGET_PRESETS.items():
+    for name, budget in create_plugin_manager().providers.budget_presets.items():
         assert f"<code>{name}</code>" in html
         for window in budget.windows:
             assert f"{window.limit:,} in" in html

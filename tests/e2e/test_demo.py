@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bridge_slack import SLACK_BUDGET
+
 from bridge_core.ledger import is_marked
-from bridge_core.provider import SLACK_BUDGET
 from bridge_core.testing.budget import assert_paced, read_transcript
 
 CHATBRIDGE = [sys.executable, "-c", "from bridge_core.cli import main; main()"]

@@ -11,17 +11,14 @@ import itertools
 from collections.abc import Sequence
 
 import pytest
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge_core.provider import (
-    BUDGET_PRESETS,
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
-    SendBudget,
-    Window,
-)
+from bridge_core.plugins import create_plugin_manager
+from bridge_core.provider import SendBudget, Window
 
 
 def admit(budget: SendBudget, wanted: Sequence[float]) -> list[float]:
@@ -78,7 +75,7 @@ def test_a_bucket_alone_admits_1807_an_hour_on_teams() -> None:
 
 @pytest.mark.parametrize("name", ["slack", "discord", "teams"])
 def test_every_window_of_a_preset_holds_under_a_greedy_sender(name: str) -> None:
-    budget = BUDGET_PRESETS[name]
+    budget = create_plugin_manager().providers.budget_presets[name]  # the plugins' presets
     sent = greedy(budget, horizon=3 * 3600.0)
     for window in budget.windows:
         assert most_in_any_window(sent, window.seconds) <= window.limit, window

@@ -18,7 +18,7 @@ from bridge_core.plugins import LOAD_PLUGINS_VAR
 CONFIG = """
 [profiles.term]
 provider = "console"
-budget = "slack"
+budget = { burst = 3, per_hour = 3600 }   # the built-ins offer no platform presets
 settings = { output = "none" }
 
 [channels.ops]

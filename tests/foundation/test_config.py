@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import bridge_discord.plugin
+import bridge_slack.plugin
+import bridge_teams.plugin
 import pytest
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from bridge_core.config import (
@@ -19,18 +26,9 @@ from bridge_core.config import (
     parse_config,
     resolve_budget,
 )
-from bridge_core.hookspecs import ProviderType
+from bridge_core.hookspecs import ProviderType, hookimpl
 from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
-from bridge_core.provider import (
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
-    UNLIMITED_BUDGET,
-    Capabilities,
-    ChatProvider,
-    SendBudget,
-    Window,
-)
+from bridge_core.provider import UNLIMITED_BUDGET, Capabilities, ChatProvider, SendBudget, Window
 from bridge_core.providers.console import ConsoleSettings
 
 FULL = """
@@ -73,7 +71,17 @@ window = 20.0
 
 @pytest.fixture(scope="module")
 def providers() -> ProviderRegistry:
-    return create_plugin_manager(load_entry_points=False).providers
+    """The console provider, and the budget presets of the Slack, Discord and Teams plugins (only
+    their presets: their providers stay uninstalled)."""
+    plugins = [
+        type(
+            f"{module.__name__}:presets",
+            (),
+            {"register_budget_presets": staticmethod(module.register_budget_presets)},
+        )
+        for module in (bridge_slack.plugin, bridge_discord.plugin, bridge_teams.plugin)
+    ]
+    return create_plugin_manager(load_entry_points=False, extra_plugins=plugins).providers
 
 
 def write(tmp_path: Path, text: str, name: str = "bridge.toml") -> Path:
@@ -265,25 +273,33 @@ def test_budget_presets_and_numbers(providers: ProviderRegistry) -> None:
             "unknown budget preset 'fastest'; expected one of discord, slack, teams, unlimited"
         )
     }
-    assert resolve_budget(None, SLACK_BUDGET) is SLACK_BUDGET
-    assert resolve_budget("teams", SLACK_BUDGET) is TEAMS_BUDGET
-    tuned = resolve_budget(BudgetNumbers(preset="slack", edit_spacing=5.0), UNLIMITED_BUDGET)
+    presets = providers.budget_presets
+    assert resolve_budget(None, SLACK_BUDGET, presets=presets) is SLACK_BUDGET
+    assert resolve_budget("teams", SLACK_BUDGET, presets=presets) is TEAMS_BUDGET
+    tuned = resolve_budget(
+        BudgetNumbers(preset="slack", edit_spacing=5.0), UNLIMITED_BUDGET, presets=presets
+    )
     assert tuned == SendBudget(
         burst=3, per_second=1.0, windows=SLACK_BUDGET.windows, edit_spacing=5.0
     )
     numbers = BudgetNumbers(burst=4, per_second=2.0, windows=[{"limit": 10, "seconds": 60}])  # type: ignore[list-item]
-    assert numbers.resolve() == SendBudget(burst=4, per_second=2.0, windows=(Window(10, 60.0),))
+    assert numbers.resolve(presets) == SendBudget(
+        burst=4, per_second=2.0, windows=(Window(10, 60.0),)
+    )
 
 
-def test_a_new_rate_replaces_the_presets_hourly_cap_and_keeps_its_short_windows() -> None:
-    slower = BudgetNumbers(preset="discord", per_hour=1800).resolve()
+def test_a_new_rate_replaces_the_presets_hourly_cap_and_keeps_its_short_windows(
+    providers: ProviderRegistry,
+) -> None:
+    presets = providers.budget_presets
+    slower = BudgetNumbers(preset="discord", per_hour=1800).resolve(presets)
     assert slower.windows == (Window(5, 5.0), Window(1800, 3600.0))
     assert slower.per_second == 0.5 and slower.burst == DISCORD_BUDGET.burst
-    faster = BudgetNumbers(preset="slack", per_second=2.0).resolve()
+    faster = BudgetNumbers(preset="slack", per_second=2.0).resolve(presets)
     assert faster.windows == () and faster.per_second == 2.0  # no hourly cap of 3,600 left
-    teams = BudgetNumbers(preset="teams", per_second=0.25).resolve()
+    teams = BudgetNumbers(preset="teams", per_second=0.25).resolve(presets)
     assert teams.windows == tuple(w for w in TEAMS_BUDGET.windows if w.seconds < 3600)
-    given = BudgetNumbers(preset="discord", per_hour=1800, windows=[]).resolve()
+    given = BudgetNumbers(preset="discord", per_hour=1800, windows=[]).resolve(presets)
     assert given.windows == (Window(1800, 3600.0),)  # windows given replace the preset's
 
 
@@ -448,4 +464,49 @@ def test_a_missing_variable_does_not_hide_other_problems_or_add_its_own() -> Non
     assert problems_of(caught) == {
         "profiles.t.settings.token": "environment variable UNSET_VAR is not set (export it)",
         "channels.ops.profile": "no profile named 'typo' (profiles: t)",
+    }
+
+
+class _AcmePresets:
+    """A third-party plugin offering one budget preset."""
+
+    @staticmethod
+    @hookimpl
+    def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+        register("acme", SendBudget(burst=2, per_second=0.5))
+
+
+class _ClashingPresets:
+    """A plugin naming a preset another plugin (and the core) already offers."""
+
+    @staticmethod
+    @hookimpl
+    def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+        register("fine", SendBudget(burst=1, per_second=1.0))
+        register("acme", SendBudget(burst=9, per_second=9.0))
+
+
+def test_a_plugins_budget_presets_resolve_and_an_unknown_one_lists_them() -> None:
+    manager = create_plugin_manager(
+        load_entry_points=False, extra_plugins=[_AcmePresets, _ClashingPresets]
+    )
+    registry = manager.providers
+    assert dict(registry.budget_presets) == {
+        "acme": SendBudget(burst=2, per_second=0.5),
+        "unlimited": UNLIMITED_BUDGET,
+    }
+    # The second plugin is broken, and none of its presets count (not even "fine").
+    assert [broken.error for broken in manager.broken] == [
+        "budget preset 'acme' is already registered by bridge-core"
+    ]
+    data = {"profiles": {"p": {"provider": "console", "budget": {"preset": "acme", "burst": 4}}}}
+    assert parse_config(data, providers=registry).profiles["p"].send_budget == SendBudget(
+        burst=4, per_second=0.5
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {"profiles": {"p": {"provider": "console", "budget": "acmee"}}}, providers=registry
+        )
+    assert problems_of(caught) == {
+        "profiles.p.budget": "unknown budget preset 'acmee'; expected one of acme, unlimited"
     }

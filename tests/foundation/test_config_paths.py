@@ -7,12 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from bridge_slack import SLACK_BUDGET
 from pydantic import BaseModel, ConfigDict
 
 from bridge_core.config import load_config, parse_config
 from bridge_core.hookspecs import ProviderContext, ProviderType
 from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
-from bridge_core.provider import SLACK_BUDGET, Capabilities, ChatProvider
+from bridge_core.provider import Capabilities, ChatProvider
 from bridge_core.providers.console import ConsoleSettings
 
 pytestmark = pytest.mark.anyio

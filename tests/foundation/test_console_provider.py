@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import bridge_teams.plugin
 import pytest
 import trio.testing
 
+from bridge_core.config import parse_config
 from bridge_core.hookspecs import ProviderContext
 from bridge_core.plugins import create_plugin_manager
 from bridge_core.provider import (
@@ -280,9 +282,12 @@ async def test_the_registered_factory_builds_a_console_provider(tmp_path: Path) 
     assert transcript(tmp_path / "f.jsonl")[0]["text"] == "via the factory"
 
 
-async def test_settings_budget_sets_the_instance_budget() -> None:
-    provider = ConsoleProvider(ConsoleSettings(output="none", budget="teams"))
-    assert provider.budget.burst == 7
+def test_settings_budget_sets_the_profiles_budget() -> None:
+    # The budget's preset names come from the plugins (bridge-teams offers "teams").
+    manager = create_plugin_manager(load_entry_points=False, extra_plugins=[bridge_teams.plugin])
+    data = {"profiles": {"p": {"provider": "console", "settings": {"budget": "teams"}}}}
+    send_budget = parse_config(data, providers=manager.providers).profiles["p"].send_budget
+    assert send_budget is not None and send_budget.burst == 7
 
 
 async def test_a_missing_inbound_file_is_unreachable(tmp_path: Path) -> None:

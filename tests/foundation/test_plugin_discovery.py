@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge_slack import SLACK_BUDGET
 
-from bridge_core import SLACK_BUDGET, Capabilities, ChatProvider
+from bridge_core import Capabilities, ChatProvider
 from bridge_core.hookspecs import ProviderType, hookimpl
 from bridge_core.plugins import (
     LOAD_PLUGINS_VAR,

@@ -13,6 +13,7 @@ from functools import partial
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.ledger import (
     Delivery,
@@ -22,13 +23,7 @@ from bridge_core.ledger import (
     State,
     is_marked,
 )
-from bridge_core.provider import (
-    SLACK_BUDGET,
-    Capabilities,
-    ChatProvider,
-    MessageRef,
-    TransportError,
-)
+from bridge_core.provider import Capabilities, ChatProvider, MessageRef, TransportError
 from bridge_core.sending import ChannelSender, Post
 from bridge_core.testing.clock import virtual_backend
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.ledger import (
     Delivery,
@@ -17,7 +18,7 @@ from bridge_core.ledger import (
     Reply,
     State,
 )
-from bridge_core.provider import SLACK_BUDGET, MessageRef, MessageRejected
+from bridge_core.provider import MessageRef, MessageRejected
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.sending import ChannelSender, Post, Priority
 from bridge_core.testing.budget import read_transcript

@@ -11,15 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import (
-    SLACK_BUDGET,
-    Capabilities,
-    MessageRef,
-    MessageRejected,
-    SendBudget,
-)
+from bridge_core.provider import Capabilities, MessageRef, MessageRejected, SendBudget
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.sending import ChannelSender
 from bridge_core.testing.budget import TranscriptEntry, read_transcript

@@ -15,6 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,9 +31,6 @@ from bridge_core.events import (
 )
 from bridge_core.notify import Notifier
 from bridge_core.provider import (
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
     Forbidden,
     NotFound,
     ProviderError,

@@ -11,9 +11,9 @@ import logging
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.events import AgentFinished, AgentSpawned, Outcome, StatusChanged
-from bridge_core.provider import SLACK_BUDGET
 from bridge_core.testing.budget import assert_paced
 
 pytestmark = pytest.mark.anyio

@@ -6,6 +6,8 @@ import re
 
 import anyio
 import pytest
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.events import (
     AgentFinished,
@@ -18,7 +20,7 @@ from bridge_core.events import (
     UnknownEvent,
 )
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import DISCORD_BUDGET, SLACK_BUDGET, Forbidden, LengthUnit, NotFound
+from bridge_core.provider import Forbidden, LengthUnit, NotFound
 from bridge_core.testing.budget import assert_paced
 
 pytestmark = pytest.mark.anyio

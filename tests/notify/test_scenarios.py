@@ -11,16 +11,12 @@ import re
 
 import anyio
 import pytest
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 
 from bridge_core.events import AgentFinished, AgentSpawned, Outcome, StatusChanged
-from bridge_core.provider import (
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
-    Forbidden,
-    NotFound,
-    RateLimited,
-)
+from bridge_core.provider import Forbidden, NotFound, RateLimited
 from bridge_core.testing.budget import assert_paced, max_in_window
 
 pytestmark = pytest.mark.anyio

@@ -18,15 +18,12 @@ from pathlib import Path
 import anyio
 import pytest
 import trio.testing
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 from redis.asyncio import Redis
 
-from bridge_core.provider import (
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
-    SendBudget,
-    Window,
-)
+from bridge_core.provider import SendBudget, Window
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.runtime.shared_budget import (
     CLAIM_MARGIN,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bridge_core.provider import SLACK_BUDGET, TEAMS_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
+
 from bridge_core.testing.budget import (
     TranscriptEntry,
     assert_paced,

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_core.provider import (
-    SLACK_BUDGET,
     Capabilities,
     ChatProvider,
     LengthUnit,

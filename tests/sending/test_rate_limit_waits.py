@@ -12,8 +12,9 @@ import random
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
-from bridge_core.provider import SLACK_BUDGET, MessageRef, RateLimited
+from bridge_core.provider import MessageRef, RateLimited
 from bridge_core.sending import BACKOFF_MIN, ChannelSender, Post
 from bridge_core.testing.clock import run_virtual
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 
 from bridge_core.provider import (
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
     Forbidden,
     MessageRef,
     MessageRejected,

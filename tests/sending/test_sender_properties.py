@@ -11,13 +11,13 @@ import tempfile
 from pathlib import Path
 
 import anyio
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_core.provider import (
-    DISCORD_BUDGET,
-    SLACK_BUDGET,
-    TEAMS_BUDGET,
     Forbidden,
     MessageRef,
     NotFound,

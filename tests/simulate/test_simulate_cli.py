@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge_discord import DISCORD_BUDGET
+from bridge_slack import SLACK_BUDGET
+from bridge_teams import TEAMS_BUDGET
 from click.testing import CliRunner
 
 from bridge_core.cli import build_cli
 from bridge_core.commands import simulate
 from bridge_core.plugins import LOAD_PLUGINS_VAR
-from bridge_core.provider import DISCORD_BUDGET, SLACK_BUDGET, TEAMS_BUDGET
 from bridge_core.testing.budget import assert_paced, max_in_window, read_transcript
 
 
@@ -207,3 +210,12 @@ def test_a_long_log_shows_progress(
     result = invoke(runner, str(log), "--json")
     assert result.exit_code == 0
     assert json.loads(result.stdout)["posts"] == 3
+
+
+@pytest.mark.parametrize("module", ["bridge_slack", "bridge_discord", "bridge_teams"])
+def test_the_fallbacks_are_what_each_plugin_declares(module: str) -> None:
+    # The core keeps copies for simulating a platform whose plugin is not installed.
+    kind = importlib.import_module(f"{module}.plugin").provider_type()
+    assert simulate.FALLBACK_BUDGETS[kind.name] == kind.budget
+    assert simulate.FALLBACK_CAPABILITIES[kind.name].max_length == kind.capabilities.max_length
+    assert simulate.FALLBACK_CAPABILITIES[kind.name].length_unit == kind.capabilities.length_unit

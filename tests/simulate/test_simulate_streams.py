@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge_slack import SLACK_BUDGET
 from click.testing import CliRunner
 
 from bridge_core.cli import build_cli
 from bridge_core.plugins import LOAD_PLUGINS_VAR
-from bridge_core.provider import SLACK_BUDGET
 from bridge_core.testing.budget import assert_paced, read_transcript
 
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.ledger import DeliveryLedger, MemoryLedgerStore, Obligation, Reply
 from bridge_core.ledger.kv import MemoryKeyValueStore
-from bridge_core.provider import SLACK_BUDGET, Capabilities, SendBudget
+from bridge_core.provider import Capabilities, SendBudget
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.runtime.streaming import StreamedReplies, answer_streamed
 from bridge_core.sending import ChannelSender

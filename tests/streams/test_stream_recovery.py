@@ -5,9 +5,9 @@ memory ledger played by two owners)."""
 from __future__ import annotations
 
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.ledger import DeliveryLedger, MemoryBackend, MemoryLedgerStore, Reply, State
-from bridge_core.provider import SLACK_BUDGET
 from bridge_core.streams import CURSOR, INTERRUPTED
 
 from .conftest import CHANNEL, paced

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.ledger import State
-from bridge_core.provider import SLACK_BUDGET, NotFound, RateLimited
+from bridge_core.provider import NotFound, RateLimited
 from bridge_core.sending import Priority
 from bridge_core.streams import CURSOR
 from bridge_core.testing.budget import assert_paced

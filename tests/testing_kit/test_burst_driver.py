@@ -7,16 +7,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.notify import NotifyConfig
-from bridge_core.provider import (
-    SLACK_BUDGET,
-    Capabilities,
-    ChatProvider,
-    MessageRef,
-    RateLimited,
-    SendBudget,
-)
+from bridge_core.provider import Capabilities, ChatProvider, MessageRef, RateLimited, SendBudget
 from bridge_core.testing.burst import (
     AGENTS,
     BurstResult,

@@ -1,7 +1,9 @@
 """The module bridge-core loads through the ``bridge_core`` entry point.
 
 It declares the provider without connecting to anything: name, capabilities, budget, settings
-model and a factory. The gateway calls the factory once per bot profile.
+model and a factory. The gateway calls the factory once per bot profile. It also names the
+budget as a preset, so a profile of any provider can say
+``budget = "{{ cookiecutter.__provider }}"``.
 
 bridge-core loads every installed plugin to list providers or check a config, so this module
 imports only ``settings`` (pydantic and bridge-core); the factory imports the provider, and with
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bridge_core import ProviderContext, ProviderType, hookimpl
+from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
 
 from {{ cookiecutter.__package }}.settings import (
     BUDGET,
@@ -26,7 +28,12 @@ if TYPE_CHECKING:
         {{ cookiecutter.__class_prefix }}Provider,
     )
 
-__all__ = ["create_provider", "provider_type", "register_providers"]
+__all__ = [
+    "create_provider",
+    "provider_type",
+    "register_budget_presets",
+    "register_providers",
+]
 
 
 def create_provider(
@@ -60,3 +67,8 @@ def provider_type() -> ProviderType[{{ cookiecutter.__class_prefix }}Settings]:
 @hookimpl
 def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())
+
+
+@hookimpl
+def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+    register("{{ cookiecutter.__provider }}", BUDGET)

@@ -22,7 +22,7 @@ if sys.version_info < (3, 13):
         import audioop  # noqa: F401
 
 from bridge_discord.plugin import create_provider, provider_type
-from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
+from bridge_discord.settings import CAPABILITIES, DISCORD_BUDGET, MAX_LENGTH, DiscordSettings
 
 if TYPE_CHECKING:
     from bridge_discord.errors import CODE_TABLE, map_discord_error
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPABILITIES",
     "CODE_TABLE",
+    "DISCORD_BUDGET",
     "MAX_LENGTH",
     "DiscordProvider",
     "DiscordSettings",

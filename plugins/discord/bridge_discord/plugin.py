@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bridge_core import DISCORD_BUDGET, ProviderContext, ProviderType, hookimpl
-from bridge_discord.settings import CAPABILITIES, DiscordSettings
+from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
+from bridge_discord.settings import CAPABILITIES, DISCORD_BUDGET, DiscordSettings
 
 if TYPE_CHECKING:
     from bridge_discord.provider import DiscordProvider
 
-__all__ = ["create_provider", "provider_type", "register_providers"]
+__all__ = ["create_provider", "provider_type", "register_budget_presets", "register_providers"]
 
 
 def create_provider(settings: DiscordSettings, context: ProviderContext) -> DiscordProvider:
@@ -40,3 +40,8 @@ def provider_type() -> ProviderType[DiscordSettings]:
 @hookimpl
 def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())
+
+
+@hookimpl
+def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+    register("discord", DISCORD_BUDGET)

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from bridge_core import Capabilities, LengthUnit, ProviderSettings, StreamingMode
+from bridge_core import (
+    Capabilities,
+    LengthUnit,
+    ProviderSettings,
+    SendBudget,
+    StreamingMode,
+    Window,
+)
 
-__all__ = ["CAPABILITIES", "DEFAULT_API_BASE", "MAX_LENGTH", "DiscordSettings"]
+__all__ = ["CAPABILITIES", "DEFAULT_API_BASE", "DISCORD_BUDGET", "MAX_LENGTH", "DiscordSettings"]
 
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 
@@ -28,6 +35,11 @@ CAPABILITIES = Capabilities(
     probe=True,
     streaming=StreamingMode.EDIT,  # a streamed reply is one message, edited in place
 )
+
+# ADR 0007's Discord preset with the documented short window (PLATFORMS.md): Discord's observed 5
+# messages per 5 s per channel is tighter than burst 5 + 1/s, and without the window discord.py
+# would wait silently inside a call instead of the core's sender pacing ahead (ADR 0049).
+DISCORD_BUDGET = SendBudget.hourly(burst=5, per_hour=3600, extra=(Window(5, 5.0),))
 
 
 class DiscordSettings(ProviderSettings):

@@ -13,9 +13,8 @@ import re
 from collections.abc import Callable
 
 import pytest
-from bridge_discord import DiscordProvider, DiscordSettings
+from bridge_discord import DISCORD_BUDGET, DiscordProvider, DiscordSettings
 
-from bridge_core import DISCORD_BUDGET
 from bridge_core.testing.burst import compress_budget, run_scenario_b
 from bridge_core.testing.fake_discord import FakeDiscord
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bridge_core import ProviderContext, ProviderType, hookimpl
+from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
 from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MatrixSettings
 
 if TYPE_CHECKING:
     from bridge_matrix.provider import MatrixProvider
 
-__all__ = ["create_provider", "provider_type", "register_providers"]
+__all__ = ["create_provider", "provider_type", "register_budget_presets", "register_providers"]
 
 
 def create_provider(settings: MatrixSettings, context: ProviderContext) -> MatrixProvider:
@@ -43,3 +43,8 @@ def provider_type() -> ProviderType[MatrixSettings]:
 @hookimpl
 def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())
+
+
+@hookimpl
+def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+    register("matrix", MATRIX_BUDGET)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bridge_matrix import MATRIX_BUDGET
 from click.testing import CliRunner, Result
 
 from bridge_core.cli import build_cli
@@ -59,3 +60,14 @@ def test_chatbridge_check_names_a_bad_user_id(tmp_path: Path) -> None:
     done = run("check", "-c", str(config))
     assert done.exit_code != 0
     assert "user_id" in done.output and "@bot:example.org" in done.output
+
+
+def test_a_profile_of_any_provider_may_name_the_matrix_budget(tmp_path: Path) -> None:
+    # bridge-matrix registers its budget as the preset "matrix" (register_budget_presets).
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        '[profiles.term]\nprovider = "console"\nbudget = "matrix"\nsettings = { output = "none" }\n'
+    )
+    done = run("check", "-c", str(config), "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["profiles"]["term"]["budget"] == MATRIX_BUDGET.to_json()

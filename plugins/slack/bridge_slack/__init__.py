@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from bridge_slack.errors import SLACK_ERRORS, map_slack_error
 from bridge_slack.plugin import provider_type
-from bridge_slack.settings import SLACK_CAPABILITIES, SLACK_CHUNK, SlackSettings
+from bridge_slack.settings import SLACK_BUDGET, SLACK_CAPABILITIES, SLACK_CHUNK, SlackSettings
 
 if TYPE_CHECKING:
     from bridge_slack.events import SlackEvents
     from bridge_slack.provider import SlackProvider, escape_slack
 
 __all__ = [
+    "SLACK_BUDGET",
     "SLACK_CAPABILITIES",
     "SLACK_CHUNK",
     "SLACK_ERRORS",

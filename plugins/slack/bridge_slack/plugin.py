@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bridge_core import SLACK_BUDGET, ProviderContext, ProviderType, hookimpl
-from bridge_slack.settings import SLACK_CAPABILITIES, SlackSettings
+from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
+from bridge_slack.settings import SLACK_BUDGET, SLACK_CAPABILITIES, SlackSettings
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
 
-__all__ = ["create_provider", "provider_type", "register_providers"]
+__all__ = ["create_provider", "provider_type", "register_budget_presets", "register_providers"]
 
 
 def create_provider(settings: SlackSettings, context: ProviderContext) -> SlackProvider:
@@ -40,3 +40,8 @@ def provider_type() -> ProviderType[SlackSettings]:
 @hookimpl
 def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())
+
+
+@hookimpl
+def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+    register("slack", SLACK_BUDGET)

@@ -12,9 +12,15 @@ import re
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bridge_core import Capabilities, LengthUnit, ProviderSettings, StreamingMode
+from bridge_core import Capabilities, LengthUnit, ProviderSettings, SendBudget, StreamingMode
 
-__all__ = ["DEFAULT_API_BASE_URL", "SLACK_CAPABILITIES", "SLACK_CHUNK", "SlackSettings"]
+__all__ = [
+    "DEFAULT_API_BASE_URL",
+    "SLACK_BUDGET",
+    "SLACK_CAPABILITIES",
+    "SLACK_CHUNK",
+    "SlackSettings",
+]
 
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
 
@@ -33,6 +39,10 @@ SLACK_CAPABILITIES = Capabilities(
     # chat.startStream / appendStream / stopStream, each paced by the core's sender (ADR 0091)
     streaming=StreamingMode.NATIVE,
 )
+
+# ADR 0007's Slack preset: chat.postMessage allows about one message a second per channel, with
+# short bursts; 3 back to back, then one a second, and never more than 3,600 in any hour.
+SLACK_BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
 
 
 class SlackSettings(ProviderSettings):

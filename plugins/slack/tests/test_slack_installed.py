@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.plugins import create_plugin_manager
-from bridge_core.provider import SLACK_BUDGET
 
 CHATBRIDGE = Path(sys.executable).parent / "chatbridge"
 TOKEN = "xoxb-0000-installed-test-secret"

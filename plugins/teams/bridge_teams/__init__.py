@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from bridge_teams.plugin import create_provider, provider_type
-from bridge_teams.settings import CAPABILITIES, MAX_TEXT_BYTES, TeamsSettings
+from bridge_teams.settings import CAPABILITIES, MAX_TEXT_BYTES, TEAMS_BUDGET, TeamsSettings
 
 if TYPE_CHECKING:
     from bridge_teams.auth import InvalidToken, OpenIdKeys, StaticKeys, TokenValidator
@@ -33,6 +33,7 @@ __all__ = [
     "CAPABILITIES",
     "CODE_TABLE",
     "MAX_TEXT_BYTES",
+    "TEAMS_BUDGET",
     "AdapterTransport",
     "ClientCredentials",
     "ConnectorTransport",

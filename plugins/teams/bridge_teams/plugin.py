@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bridge_core import TEAMS_BUDGET, ProviderContext, ProviderType, hookimpl
-from bridge_teams.settings import CAPABILITIES, TeamsSettings
+from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
+from bridge_teams.settings import CAPABILITIES, TEAMS_BUDGET, TeamsSettings
 
 if TYPE_CHECKING:
     from bridge_teams.provider import TeamsProvider
 
-__all__ = ["create_provider", "provider_type", "register_providers"]
+__all__ = ["create_provider", "provider_type", "register_budget_presets", "register_providers"]
 
 
 def create_provider(settings: TeamsSettings, context: ProviderContext) -> TeamsProvider:
@@ -42,3 +42,8 @@ def provider_type() -> ProviderType[TeamsSettings]:
 @hookimpl
 def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
     register(provider_type())
+
+
+@hookimpl
+def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
+    register("teams", TEAMS_BUDGET)

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr
 
-from bridge_core import Capabilities, LengthUnit, ProviderSettings, StreamingMode
+from bridge_core import (
+    Capabilities,
+    LengthUnit,
+    ProviderSettings,
+    SendBudget,
+    StreamingMode,
+    Window,
+)
 
 __all__ = [
     "BOT_FRAMEWORK_OPENID_URL",
     "CAPABILITIES",
     "DEFAULT_SCOPE",
     "MAX_TEXT_BYTES",
+    "TEAMS_BUDGET",
     "TeamsSettings",
 ]
 
@@ -38,6 +46,13 @@ CAPABILITIES = Capabilities(
     inbound=True,
     probe=False,
     streaming=StreamingMode.EDIT,  # a streamed reply is one message, edited in place
+)
+
+# ADR 0007's Teams preset with the documented per-conversation windows (PLATFORMS.md): 7 a
+# second, 8 in 2 s, 60 in 30 s, 1,800 an hour. A token bucket alone (7 + 0.5/s) would admit 1,807
+# in an hour; the windows bound that exactly.
+TEAMS_BUDGET = SendBudget.hourly(
+    burst=7, per_hour=1800, extra=(Window(7, 1.0), Window(8, 2.0), Window(60, 30.0))
 )
 
 

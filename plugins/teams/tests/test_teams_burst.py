@@ -13,9 +13,8 @@ import re
 from collections.abc import Callable
 
 import pytest
-from bridge_teams import TeamsProvider, TeamsSettings
+from bridge_teams import TEAMS_BUDGET, TeamsProvider, TeamsSettings
 
-from bridge_core import TEAMS_BUDGET
 from bridge_core.testing.burst import compress_budget, run_scenario_b
 from bridge_core.testing.fake_teams import FakeTeams
 

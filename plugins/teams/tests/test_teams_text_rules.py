@@ -8,9 +8,9 @@ import json
 
 import anyio
 import pytest
-from bridge_teams import CAPABILITIES, TeamsProvider
+from bridge_teams import CAPABILITIES, TEAMS_BUDGET, TeamsProvider
 
-from bridge_core import TEAMS_BUDGET, MessageRef, measure
+from bridge_core import MessageRef, measure
 from bridge_core.ledger import (
     MARKER_PARTIAL,
     Delivery,
