@@ -23,8 +23,7 @@ import aiohttp
 import anyio
 from _figures import Figure, print_table
 from bridge_discord import DiscordProvider, DiscordSettings
-
-from bridge_core.testing.fake_discord import FakeDiscord
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 CHANNEL = 111_111_111_111_111_111
 

@@ -22,8 +22,7 @@ import aiohttp
 import anyio
 from _figures import Figure, print_table
 from bridge_slack import SlackProvider, SlackSettings
-
-from bridge_core.testing.fake_slack import FakeSlack
+from bridge_slack.testing.fake_slack import FakeSlack
 
 
 async def floor(fake: FakeSlack, count: int) -> float:

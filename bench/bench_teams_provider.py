@@ -27,9 +27,9 @@ import jwt
 import requests
 from _figures import Figure, print_table
 from bridge_teams import StaticKeys, TeamsProvider, TeamsSettings
+from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core import HttpRequest, InboundMessage
-from bridge_core.testing.fake_teams import FakeTeams
 
 CHANNEL = "19:bench@thread.tacv2"
 

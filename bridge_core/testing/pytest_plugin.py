@@ -6,8 +6,10 @@ Fixtures:
 
 - ``start_fake``: a function that starts any ``FakePlatform`` (or subclass) instance and stops
   it after the test: ``fake = start_fake(FakeDiscord(token=...))``;
-- ``fake_platform``: a running bare ``FakePlatform`` to add routes to;
-- ``fake_slack``: a running ``FakeSlack`` with one channel, ``C0GENERAL``.
+- ``fake_platform``: a running bare ``FakePlatform`` to add routes to.
+
+A plugin's own fakes come with their plugin's testing module (``bridge_slack.testing.fixtures``
+offers ``fake_slack``).
 
 Each fake serves real HTTP on 127.0.0.1 from its own thread, so it answers async clients on any
 event loop and blocking clients alike.
@@ -21,9 +23,8 @@ from typing import TypeVar
 import pytest
 
 from bridge_core.testing.fake_platform import FakePlatform
-from bridge_core.testing.fake_slack import FakeSlack
 
-__all__ = ["fake_platform", "fake_slack", "start_fake"]
+__all__ = ["fake_platform", "start_fake"]
 
 # Before anything imports it, so the suite's failed asserts show pytest's detailed diffs.
 pytest.register_assert_rewrite("bridge_core.testing.conformance")
@@ -49,8 +50,3 @@ def start_fake() -> Iterator[Callable[[FakeT], FakeT]]:
 @pytest.fixture
 def fake_platform(start_fake: Callable[[FakePlatform], FakePlatform]) -> FakePlatform:
     return start_fake(FakePlatform())
-
-
-@pytest.fixture
-def fake_slack(start_fake: Callable[[FakeSlack], FakeSlack]) -> FakeSlack:
-    return start_fake(FakeSlack())

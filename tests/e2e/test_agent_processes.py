@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,19 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge_core.testing.fake_slack import FakeSlack
 from bridge_core.testing.services import require_postgres, require_redis
-from bridge_core.testing.slack_events import event_callback, message_event, signed_headers
 
 from .conftest import GatewayProcess, wait_for
 
 pytest.importorskip("bridge_slack")
+
+from bridge_slack.testing import FakeSlack, event_callback, message_event, signed_headers
+
+
+@pytest.fixture
+def fake_slack(start_fake: Callable[[FakeSlack], FakeSlack]) -> FakeSlack:
+    return start_fake(FakeSlack())
+
 
 WORKER = Path(__file__).with_name("agent_worker.py")
 TOKEN = "agent-process-token"

@@ -4,8 +4,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
-
-from bridge_core.testing.fake_discord import FakeDiscord
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 CHANNEL = 111_111_111_111_111_111
 THREAD = 222_222_222_222_222_222

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 from bridge_discord import DISCORD_BUDGET, DiscordProvider, DiscordSettings
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core.testing.burst import compress_budget, run_scenario_b
-from bridge_core.testing.fake_discord import FakeDiscord
 
 pytestmark = pytest.mark.anyio
 

@@ -6,6 +6,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from bridge_discord import plugin, provider_type
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ChatProvider, HttpResponse, InboundMessage, InboundSink, Unreachable
 from bridge_core.hookspecs import ProviderContext
@@ -17,7 +18,6 @@ from bridge_core.testing.conformance import (
     Operation,
     ProviderConformance,
 )
-from bridge_core.testing.fake_discord import FakeDiscord
 from bridge_core.testing.fake_platform import Reply
 
 RETRY_AFTER = 60.0  # past discord.py's 30 s floor, so it raises instead of sleeping

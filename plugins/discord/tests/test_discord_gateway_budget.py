@@ -15,12 +15,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core.config import parse_config
 from bridge_core.plugins import create_plugin_manager
 from bridge_core.runtime.gateway import Gateway, GatewayOptions
 from bridge_core.testing.budget import TranscriptEntry, check_budget
-from bridge_core.testing.fake_discord import FakeDiscord
 
 pytestmark = pytest.mark.anyio
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import anyio
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ConnectionLost, InboundMessage, Unreachable
-from bridge_core.testing.fake_discord import FakeDiscord
 
 pytestmark = pytest.mark.anyio
 

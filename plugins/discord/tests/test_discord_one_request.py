@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ProviderError, RateLimited, TransportError
-from bridge_core.testing.fake_discord import FakeDiscord
 from bridge_core.testing.fake_platform import Reply
 
 pytestmark = pytest.mark.anyio

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import discord
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
+from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import (
     Forbidden,
@@ -18,7 +19,6 @@ from bridge_core import (
     TransportError,
     Unreachable,
 )
-from bridge_core.testing.fake_discord import FakeDiscord
 from bridge_core.testing.fake_platform import Reply
 
 pytestmark = pytest.mark.anyio

@@ -3,8 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from bridge_slack.testing.fake_slack import FakeSlack
+from bridge_slack.testing.fixtures import fake_slack
 
-from bridge_core.testing.fake_slack import FakeSlack
+__all__ = ["fake_slack"]
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documented example secret
 

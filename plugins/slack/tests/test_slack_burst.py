@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 from bridge_slack import SLACK_BUDGET, SlackProvider, SlackSettings
+from bridge_slack.testing.fake_slack import FakeSlack
 
 from bridge_core.testing.budget import TranscriptEntry, check_budget
 from bridge_core.testing.burst import compress_budget, run_scenario_b
-from bridge_core.testing.fake_slack import FakeSlack
 
 pytestmark = pytest.mark.anyio
 

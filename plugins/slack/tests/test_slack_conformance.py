@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from bridge_slack import plugin, provider_type
+from bridge_slack.testing.fake_slack import FakeSlack, event_callback, message_event, signed_headers
 
 from bridge_core.provider import HttpRequest
 from bridge_core.testing.conformance import (
@@ -18,7 +19,6 @@ from bridge_core.testing.conformance import (
     http_inbound,
 )
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_slack import FakeSlack, event_callback, message_event, signed_headers
 
 RETRY_AFTER = 30
 

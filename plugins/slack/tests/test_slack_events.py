@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from bridge_slack import SlackEvents, SlackProvider, SlackSettings
+from bridge_slack.testing.fake_slack import event_callback, message_event, signed_headers
 
 from bridge_core.provider import HttpRequest, HttpResponse, InboundMessage
-from bridge_core.testing.fake_slack import event_callback, message_event, signed_headers
 
 pytestmark = pytest.mark.anyio
 

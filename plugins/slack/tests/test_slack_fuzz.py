@@ -14,13 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from bridge_slack.testing.fake_slack import FakeSlack, event_callback, message_event, signed_headers
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge_core.config import parse_config
 from bridge_core.plugins import create_plugin_manager
 from bridge_core.runtime.gateway import Gateway, GatewayOptions
-from bridge_core.testing.fake_slack import FakeSlack, event_callback, message_event, signed_headers
 from bridge_core.testing.http_fuzz import (
     ANY_TEXT,
     assert_answered,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from bridge_slack import SlackProvider, SlackSettings
+from bridge_slack.testing.fake_slack import FakeSlack
 
 from bridge_core import ProviderError, RateLimited, TransportError
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_slack import FakeSlack
 
 pytestmark = pytest.mark.anyio
 

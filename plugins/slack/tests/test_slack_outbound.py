@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from bridge_slack import SLACK_CHUNK, SLACK_ERRORS, SlackProvider, SlackSettings, provider_type
 from bridge_slack.errors import map_slack_error
+from bridge_slack.testing.fake_slack import FakeSlack
 from pydantic import ValidationError
 
 from bridge_core.hookspecs import ProviderContext
@@ -22,7 +23,6 @@ from bridge_core.provider import (
     Unreachable,
 )
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_slack import FakeSlack
 
 pytestmark = pytest.mark.anyio
 

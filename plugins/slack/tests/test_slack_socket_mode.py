@@ -12,11 +12,11 @@ import anyio
 import anyio.to_thread
 import pytest
 from bridge_slack import SlackProvider, SlackSettings
+from bridge_slack.testing.fake_slack import FakeSlack, event_callback, message_event
 from pydantic import ValidationError
 
 from bridge_core.inbound.watcher import ReconnectWatcher
 from bridge_core.provider import ConnectionLost, InboundMessage, Unreachable
-from bridge_core.testing.fake_slack import FakeSlack, event_callback, message_event
 
 pytestmark = pytest.mark.anyio
 

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from bridge_slack import SLACK_CAPABILITIES, SlackProvider, SlackSettings
+from bridge_slack.testing.fake_slack import FakeSlack
 
 from bridge_core import StreamingMode
 from bridge_core.ledger import DeliveryLedger, MemoryLedgerStore, Reply, State
@@ -18,7 +19,6 @@ from bridge_core.provider import SendBudget
 from bridge_core.runtime.streaming import StreamedReplies, answer_streamed
 from bridge_core.sending import ChannelSender
 from bridge_core.streams import INTERRUPTED
-from bridge_core.testing.fake_slack import FakeSlack
 
 pytestmark = pytest.mark.anyio
 

@@ -4,9 +4,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 from bridge_teams import TeamsProvider, TeamsSettings
+from bridge_teams.testing.fake_teams import FakeTeams, new_signing_key
 from cryptography.hazmat.primitives.asymmetric import rsa
-
-from bridge_core.testing.fake_teams import FakeTeams, new_signing_key
 
 CHANNEL = "19:general0000@thread.tacv2"
 

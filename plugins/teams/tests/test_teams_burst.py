@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 from bridge_teams import TEAMS_BUDGET, TeamsProvider, TeamsSettings
+from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core.testing.burst import compress_budget, run_scenario_b
-from bridge_core.testing.fake_teams import FakeTeams
 
 pytestmark = pytest.mark.anyio
 

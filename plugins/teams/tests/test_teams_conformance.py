@@ -7,6 +7,7 @@ import json
 
 import pytest
 from bridge_teams import plugin, provider_type
+from bridge_teams.testing.fake_teams import FakeTeams
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bridge_core import HttpRequest
@@ -20,7 +21,6 @@ from bridge_core.testing.conformance import (
     http_inbound,
 )
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_teams import FakeTeams
 
 RETRY_AFTER = 30.0
 

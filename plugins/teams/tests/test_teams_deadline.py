@@ -9,10 +9,10 @@ from collections.abc import Callable
 import anyio
 import pytest
 from bridge_teams import ClientCredentials, ConnectorTransport, TeamsProvider, TeamsSettings
+from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core import TransportError
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_teams import FakeTeams
 
 pytestmark = pytest.mark.anyio
 

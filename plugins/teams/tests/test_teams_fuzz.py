@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from bridge_teams.testing.fake_teams import FakeTeams
 from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +21,6 @@ from hypothesis import strategies as st
 from bridge_core.config import parse_config
 from bridge_core.plugins import create_plugin_manager
 from bridge_core.runtime.gateway import Gateway, GatewayOptions
-from bridge_core.testing.fake_teams import FakeTeams
 from bridge_core.testing.http_fuzz import (
     ANY_TEXT,
     assert_answered,

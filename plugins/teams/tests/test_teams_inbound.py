@@ -20,10 +20,10 @@ from bridge_teams import (
     TokenValidator,
     inbound_from_activity,
 )
+from bridge_teams.testing.fake_teams import FakeTeams
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bridge_core import HttpRequest, HttpResponse, InboundMessage
-from bridge_core.testing.fake_teams import FakeTeams
 
 pytestmark = pytest.mark.anyio
 

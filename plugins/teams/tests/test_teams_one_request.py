@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import pytest
 from bridge_teams import TeamsProvider, TeamsSettings
+from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core import MessageRejected, ProviderError, RateLimited, TransportError
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_teams import FakeTeams
 
 from .conftest import DictStore
 

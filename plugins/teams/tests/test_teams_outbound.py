@@ -9,6 +9,7 @@ from collections.abc import Callable
 import anyio
 import pytest
 from bridge_teams import TeamsProvider, TeamsSettings
+from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core import (
     Forbidden,
@@ -21,7 +22,6 @@ from bridge_core import (
     Unreachable,
 )
 from bridge_core.testing.fake_platform import Reply
-from bridge_core.testing.fake_teams import FakeTeams
 
 pytestmark = pytest.mark.anyio
 

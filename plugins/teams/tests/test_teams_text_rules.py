@@ -9,6 +9,7 @@ import json
 import anyio
 import pytest
 from bridge_teams import CAPABILITIES, TEAMS_BUDGET, TeamsProvider
+from bridge_teams.testing.fake_teams import MAX_PAYLOAD_BYTES, FakeTeams
 
 from bridge_core import MessageRef, measure
 from bridge_core.ledger import (
@@ -24,7 +25,6 @@ from bridge_core.ledger import (
 )
 from bridge_core.runtime.channel import split_reply
 from bridge_core.sending import ChannelSender, Post, Priority
-from bridge_core.testing.fake_teams import MAX_PAYLOAD_BYTES, FakeTeams
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ message (``chat.startStream``, which needs a ``thread_ts``) takes ``markdown_tex
 recorded in ``FakeSlackMessage.stream`` as ``(method, markdown_text)``.
 
 For inbound tests, ``signed_headers``, ``event_callback`` and ``message_event`` (from
-``bridge_core.testing.slack_events``, re-exported here) build signed Events API requests, and
+``bridge_slack.testing.slack_events``, re-exported here) build signed Events API requests, and
 ``push_event`` sends the same payloads over the Socket Mode websocket the fake also serves.
 """
 
@@ -36,8 +36,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
-from bridge_core.testing.slack_events import event_callback, message_event, signed_headers
+from bridge_core.testing import FakePlatform, RecordedRequest, Reply
+from bridge_slack.testing.slack_events import event_callback, message_event, signed_headers
 
 __all__ = [
     "SLACK_MAX_TEXT",

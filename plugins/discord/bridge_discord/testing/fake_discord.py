@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
+from bridge_core.testing import FakePlatform, RecordedRequest, Reply
 
 __all__ = ["DISCORD_EPOCH_MS", "FakeDiscord", "FakeDiscordChannel"]
 

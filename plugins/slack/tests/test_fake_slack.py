@@ -7,15 +7,14 @@ import time
 
 import pytest
 import requests
-from slack_sdk.signature import SignatureVerifier
-
-from bridge_core.testing.fake_slack import (
+from bridge_slack.testing.fake_slack import (
     SLACK_MAX_TEXT,
     FakeSlack,
     event_callback,
     message_event,
     signed_headers,
 )
+from slack_sdk.signature import SignatureVerifier
 
 
 def call(

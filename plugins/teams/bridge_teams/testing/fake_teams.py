@@ -30,7 +30,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
+from bridge_core.testing import FakePlatform, RecordedRequest, Reply
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
