@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from bridge_core.errors import BridgeError
 from bridge_core.hookspecs import ProviderContext, ProviderSettings, ProviderType, hookimpl
+from bridge_core.platform_errors import ErrorCode, ErrorCodeTable, mapped_call
 from bridge_core.provider import (
     Capabilities,
     ChatProvider,
@@ -60,6 +61,8 @@ __all__ = [
     "Capabilities",
     "ChatProvider",
     "ConnectionLost",
+    "ErrorCode",
+    "ErrorCodeTable",
     "Forbidden",
     "HttpRequest",
     "HttpResponse",
@@ -88,6 +91,7 @@ __all__ = [
     "find_invalid_text",
     "json_may_hold_invalid_text",
     "hookimpl",
+    "mapped_call",
     "measure",
     "neutralise_mass_mentions",
     "prepare",

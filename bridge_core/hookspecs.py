@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
+from bridge_core.platform_errors import ErrorCodeTable
 from bridge_core.provider import Capabilities, ChatProvider, KeyValueStore, SendBudget
 
 __all__ = [
@@ -90,7 +91,8 @@ class ProviderType(Generic[SettingsT]):
     ``settings_model`` validates a profile's ``settings`` table in config; ``factory`` builds one
     provider instance (one bot profile) from validated settings, and is type-checked against the
     model (``ProviderType[SlackSettings]``). ``budget`` is the default send budget; a profile may
-    override it in config.
+    override it in config. ``error_codes`` is the platform's table of error codes as the provider
+    reads them; the documentation lists it.
     """
 
     name: str
@@ -99,6 +101,7 @@ class ProviderType(Generic[SettingsT]):
     settings_model: type[SettingsT]
     factory: Callable[[SettingsT, ProviderContext], ChatProvider]
     description: str = ""
+    error_codes: ErrorCodeTable[Any] | None = None
     distribution: str | None = None  # filled in by the loader from the entry point
 
 

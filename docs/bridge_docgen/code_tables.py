@@ -48,31 +48,27 @@ def error_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-PLATFORM_ERROR_TABLES: tuple[tuple[str, str, str, str], ...] = (
-    ("Slack", "bridge-slack", "bridge_slack.errors", "SLACK_ERRORS"),
-    ("Discord", "bridge-discord", "bridge_discord.errors", "CODE_TABLE"),
-    ("Teams", "bridge-teams", "bridge_teams.errors", "CODE_TABLE"),
-    ("Matrix", "bridge-matrix", "bridge_matrix.errors", "ERRCODE_TABLE"),
-)
-"""Each shipped plugin's table of its platform's error codes: title, distribution, module, name."""
-
-
 def platform_errors() -> str:
-    """How each shipped plugin reads its platform's error codes, from the plugins' own tables."""
+    """How each installed provider reads its platform's error codes: the ``error_codes`` table
+    its provider type declares, read from the provider registry (no plugin is named here)."""
+    from bridge_core.plugins import create_plugin_manager
+
     out: list[str] = []
-    for title, distribution, module_name, table_name in PLATFORM_ERROR_TABLES:
-        out.append(f"### {title}\n")
-        try:
-            table = getattr(importlib.import_module(module_name), table_name)
-        except ImportError:
-            out.append(f"`{distribution}` was not installed where this site was built.\n")
+    for entry in create_plugin_manager().providers.entries():
+        table = entry.type.error_codes
+        if table is None:
             continue
-        out.append(f"From `{module_name}.{table_name}`:\n")
+        out.append(f"### {table.platform}\n")
+        source = f" Each code is {table.source}." if table.source else ""
+        name, distribution = entry.type.name, entry.distribution
+        out.append(f"From the `{name}` provider's `error_codes` ({distribution}).{source}\n")
         out.append("| code | raised as | what it means |")
         out.append("|---|---|---|")
-        for code, (error, meaning) in table.items():
-            out.append(f"| `{code}` | `{error.__name__}` | {cell(meaning)} |")
+        for code, reading in table.items():
+            out.append(f"| `{code}` | `{reading.error.__name__}` | {cell(reading.meaning)} |")
         out.append("")
+    if not out:
+        out.append("No installed provider declares a table of error codes.\n")
     return "\n".join(out)
 
 

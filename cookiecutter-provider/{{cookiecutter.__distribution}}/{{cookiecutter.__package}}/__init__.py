@@ -2,8 +2,9 @@
 
 bridge-core loads the plugin module through the ``bridge_core`` entry point:
 ``{{ cookiecutter.__package }}.plugin``.
-``settings`` declares the limits, capabilities, budget and settings model; ``client`` speaks the
-platform's REST API with httpx and ``errors`` maps its answers onto bridge-core's error taxonomy.
+``settings`` declares the limits, capabilities, budget and settings model, and ``error_codes``
+the platform's error codes; ``client`` speaks the platform's REST API with httpx and ``errors``
+maps its answers onto bridge-core's error taxonomy.
 The names that need httpx are imported on first use, so loading the plugin does not import it.
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from {{ cookiecutter.__package }}.error_codes import ERROR_CODES
+from {{ cookiecutter.__package }}.plugin import create_provider, provider_type
 from {{ cookiecutter.__package }}.settings import (
-    BUDGET,
-    CAPABILITIES,
-    MAX_LENGTH,
+{%- for name in ["CAPABILITIES", "MAX_LENGTH", cookiecutter.__env_prefix ~ "_BUDGET"] | sort(case_sensitive=True) %}
+    {{ name }},
+{%- endfor %}
     {{ cookiecutter.__class_prefix }}Settings,
 )
 
@@ -30,18 +33,20 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    "BUDGET",
-    "CAPABILITIES",
-    "MAX_LENGTH",
+{%- for name in ["CAPABILITIES", "ERROR_CODES", "MAX_LENGTH", cookiecutter.__env_prefix ~ "_BUDGET"] | sort(case_sensitive=True) %}
+    "{{ name }}",
+{%- endfor %}
 {#- Sorted when generated: where the class names fall depends on the platform's name. #}
 {%- for name in ["ApiClient", cookiecutter.__class_prefix ~ "Provider", cookiecutter.__class_prefix ~ "Settings"] | sort(case_sensitive=True) %}
     "{{ name }}",
 {%- endfor %}
+    "create_provider",
     "error_from_exception",
     "error_from_response",
+    "provider_type",
 ]
 
-_HTTPX_NAMES = {
+_SDK_NAMES = {
     "ApiClient": "{{ cookiecutter.__package }}.client",
     "error_from_exception": "{{ cookiecutter.__package }}.errors",
     "error_from_response": "{{ cookiecutter.__package }}.errors",
@@ -50,7 +55,7 @@ _HTTPX_NAMES = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _HTTPX_NAMES.get(name)
+    module = _SDK_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from bridge_core import TransportError
+from bridge_core import ProviderError, TransportError, mapped_call
 from pydantic import SecretStr
 
 from {{ cookiecutter.__package }}.errors import (
@@ -63,10 +63,17 @@ class ApiClient:
         return f"ApiClient(base_url={self.base_url!r})"
 
     async def _call(self, method: str, path: str, *, where: str, json: Any = None) -> Any:
-        try:
-            response = await self._http.request(method, path, json=json)
-        except httpx.HTTPError as exc:
-            raise error_from_exception(exc, where=where) from None
+        async def send() -> httpx.Response:
+            return await self._http.request(method, path, json=json)
+
+        def read(exc: Exception) -> ProviderError | None:
+            if isinstance(exc, httpx.HTTPError):
+                return error_from_exception(exc, where=where)
+            return None  # not the platform's failure: a bug, raised as it is
+
+        # mapped_call raises the core error outside the except block: httpx's exception holds
+        # the request, with the token in its headers, and must not ride along as __context__.
+        response = await mapped_call(send, read)
         if not response.is_success:
             raise error_from_response(response, where=where)
         try:

@@ -16,7 +16,7 @@ so this module's one job is to classify every answer correctly. The core's hiera
 Ask of every refusal whether the next message would meet it too: if so it is ``Unreachable``,
 if it is about this message only it is ``MessageRejected``.
 
-FILL IN: replace ``CODE_TO_ERROR`` with your platform's documented error codes, and
+FILL IN: ``ERROR_CODES`` (in ``error_codes``) with your platform's documented error codes, and
 ``_code_of`` with where your platform puts the code in an error body.
 """
 
@@ -36,28 +36,12 @@ from bridge_core import (
     retry_after_header,
 )
 
+from {{ cookiecutter.__package }}.error_codes import ERROR_CODES
+
 __all__ = [
-    "CODE_TO_ERROR",
     "error_from_exception",
     "error_from_response",
 ]
-
-# The platform's error codes (the "code" of an error body) and what each one means to the core.
-CODE_TO_ERROR: dict[str, type[ProviderError]] = {
-    "rate_limited": RateLimited,
-    "message_not_found": NotFound,
-    "not_in_channel": Forbidden,
-    "missing_permission": Forbidden,
-    "channel_not_found": Unreachable,
-    "channel_archived": Unreachable,
-    "bot_blocked": Unreachable,
-    "token_revoked": Unreachable,
-    "not_authed": Unreachable,
-    "text_too_long": MessageRejected,
-    "invalid_request": MessageRejected,
-    "internal_error": TransportError,
-    "service_unavailable": TransportError,
-}
 
 
 def _code_of(body: Any) -> str | None:
@@ -88,8 +72,9 @@ def error_from_response(response: httpx.Response, *, where: str) -> ProviderErro
         # The core's one Retry-After parser: seconds or an HTTP date; garbage, negative and
         # non-finite values give None (the core backs off on its own), huge ones are capped.
         return RateLimited(message, retry_after=retry_after_header(response.headers))
-    if code is not None and code in CODE_TO_ERROR:
-        return CODE_TO_ERROR[code](message)
+    if code is not None and code in ERROR_CODES:
+        error, meaning = ERROR_CODES[code]
+        return error(f"{message}: {meaning}")
     if status == 401:
         return Unreachable(f"{message}; check the profile's token")
     if status == 403:

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
 
+from {{ cookiecutter.__package }}.error_codes import ERROR_CODES
 from {{ cookiecutter.__package }}.settings import (
-    BUDGET,
-    CAPABILITIES,
+{%- for name in ["CAPABILITIES", cookiecutter.__env_prefix ~ "_BUDGET"] | sort(case_sensitive=True) %}
+    {{ name }},
+{%- endfor %}
     {{ cookiecutter.__class_prefix }}Settings,
 )
 
@@ -57,9 +59,10 @@ def provider_type() -> ProviderType[{{ cookiecutter.__class_prefix }}Settings]:
     return ProviderType(
         name="{{ cookiecutter.__provider }}",
         capabilities=CAPABILITIES,
-        budget=BUDGET,
+        budget={{ cookiecutter.__env_prefix }}_BUDGET,
         settings_model={{ cookiecutter.__class_prefix }}Settings,
         factory=create_provider,
+        error_codes=ERROR_CODES,
         description="{{ cookiecutter.provider_name }} over its REST API",
     )
 
@@ -71,4 +74,4 @@ def register_providers(register: Callable[[ProviderType[Any]], None]) -> None:
 
 @hookimpl
 def register_budget_presets(register: Callable[[str, SendBudget], None]) -> None:
-    register("{{ cookiecutter.__provider }}", BUDGET)
+    register("{{ cookiecutter.__provider }}", {{ cookiecutter.__env_prefix }}_BUDGET)

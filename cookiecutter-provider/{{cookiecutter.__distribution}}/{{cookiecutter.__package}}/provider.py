@@ -23,19 +23,16 @@ from bridge_core import (
 
 from {{ cookiecutter.__package }}.client import ApiClient
 from {{ cookiecutter.__package }}.settings import (
-    BUDGET,
-    CAPABILITIES,
-    DEFAULT_API_BASE,
-    LENGTH_UNIT,
-    MAX_LENGTH,
+{%- for name in ["CAPABILITIES", "DEFAULT_API_BASE", "LENGTH_UNIT", "MAX_LENGTH", cookiecutter.__env_prefix ~ "_BUDGET"] | sort(case_sensitive=True) %}
+    {{ name }},
+{%- endfor %}
     {{ cookiecutter.__class_prefix }}Settings,
 )
 
 __all__ = [
-    "BUDGET",
-    "CAPABILITIES",
-    "DEFAULT_API_BASE",
-    "MAX_LENGTH",
+{%- for name in ["CAPABILITIES", "DEFAULT_API_BASE", "MAX_LENGTH", cookiecutter.__env_prefix ~ "_BUDGET"] | sort(case_sensitive=True) %}
+    "{{ name }}",
+{%- endfor %}
     "{{ cookiecutter.__class_prefix }}Provider",
     "{{ cookiecutter.__class_prefix }}Settings",
 ]

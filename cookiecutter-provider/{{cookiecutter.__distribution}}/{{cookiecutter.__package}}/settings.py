@@ -12,11 +12,9 @@ from bridge_core import Capabilities, LengthUnit, ProviderSettings, SendBudget, 
 from pydantic import Field, SecretStr
 
 __all__ = [
-    "BUDGET",
-    "CAPABILITIES",
-    "DEFAULT_API_BASE",
-    "LENGTH_UNIT",
-    "MAX_LENGTH",
+{%- for name in ["CAPABILITIES", "DEFAULT_API_BASE", "LENGTH_UNIT", "MAX_LENGTH", cookiecutter.__env_prefix ~ "_BUDGET"] | sort(case_sensitive=True) %}
+    "{{ name }}",
+{%- endfor %}
     "{{ cookiecutter.__class_prefix }}Settings",
 ]
 
@@ -40,7 +38,7 @@ CAPABILITIES = Capabilities(
 
 # A token bucket of 3 with 1 send a second, and at most 3,600 in any hour. Set it from the
 # platform's documented rate limits; a profile can override it in bridge.toml.
-BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
+{{ cookiecutter.__env_prefix }}_BUDGET = SendBudget.hourly(burst=3, per_hour=3600)
 
 
 class {{ cookiecutter.__class_prefix }}Settings(ProviderSettings):

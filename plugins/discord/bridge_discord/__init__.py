@@ -1,8 +1,11 @@
-"""bridge-discord: the Discord provider for bridge-core, on discord.py.
+"""bridge-discord: the Discord provider plugin for bridge-core, on discord.py.
 
-The names that need discord.py (``DiscordProvider``, ``CODE_TABLE``, ``map_discord_error``,
+Installed, it registers the provider type ``discord`` through the ``bridge_core`` entry point
+(``bridge_discord.plugin``). See ``DiscordSettings`` for a profile's settings.
+
+The names that need discord.py (``DiscordProvider``, ``map_discord_error``,
 ``inbound_from_message``) are imported on first use, so loading the plugin to list providers or
-check a config does not import the SDK.
+check a config does not import the SDK. ``bridge_discord.testing`` has a fake Discord for tests.
 """
 
 from __future__ import annotations
@@ -21,18 +24,19 @@ if sys.version_info < (3, 13):
         warnings.filterwarnings("ignore", message=".*audioop.*", category=DeprecationWarning)
         import audioop  # noqa: F401
 
+from bridge_discord.error_codes import ERROR_CODES
 from bridge_discord.plugin import create_provider, provider_type
 from bridge_discord.settings import CAPABILITIES, DISCORD_BUDGET, MAX_LENGTH, DiscordSettings
 
 if TYPE_CHECKING:
-    from bridge_discord.errors import CODE_TABLE, map_discord_error
+    from bridge_discord.errors import map_discord_error
     from bridge_discord.inbound import inbound_from_message
     from bridge_discord.provider import DiscordProvider
 
 __all__ = [
     "CAPABILITIES",
-    "CODE_TABLE",
     "DISCORD_BUDGET",
+    "ERROR_CODES",
     "MAX_LENGTH",
     "DiscordProvider",
     "DiscordSettings",
@@ -43,7 +47,6 @@ __all__ = [
 ]
 
 _SDK_NAMES = {
-    "CODE_TABLE": "bridge_discord.errors",
     "DiscordProvider": "bridge_discord.provider",
     "inbound_from_message": "bridge_discord.inbound",
     "map_discord_error": "bridge_discord.errors",

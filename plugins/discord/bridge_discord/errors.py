@@ -39,22 +39,9 @@ from bridge_core import (
     parse_retry_after,
     retry_after_header,
 )
+from bridge_discord.error_codes import ERROR_CODES
 
-__all__ = ["CODE_TABLE", "map_discord_error", "map_discord_response"]
-
-CODE_TABLE: dict[int, tuple[type[ProviderError], str]] = {
-    10003: (Unreachable, "Unknown Channel: the channel was deleted or the id is wrong"),
-    10008: (NotFound, "Unknown Message: the message was deleted"),
-    10015: (Unreachable, "Unknown Webhook"),
-    30046: (NotFound, "too many edits to a message older than an hour; post a new one"),
-    40005: (MessageRejected, "Request entity too large: the message body is over the limit"),
-    50001: (Forbidden, "Missing Access: the bot cannot see the channel"),
-    50006: (MessageRejected, "Cannot send an empty message"),
-    50013: (Forbidden, "Missing Permissions: the bot may not send in the channel"),
-    50035: (MessageRejected, "Invalid Form Body: Discord rejected the message as sent"),
-    50083: (Forbidden, "the thread is archived"),
-    50109: (MessageRejected, "the request body is not valid JSON"),
-}
+__all__ = ["map_discord_error", "map_discord_response"]
 
 
 _BODY_STATUSES = frozenset({400, 413, 422})
@@ -79,8 +66,8 @@ def map_discord_response(
         scope = "globally " if details.get("global") is True else ""
         wait = f"retry after {retry_after:g} s" if retry_after is not None else "no retry-after"
         return RateLimited(f"Discord {scope}rate limited {where} ({wait})", retry_after=retry_after)
-    if code in CODE_TABLE:
-        kind, meaning = CODE_TABLE[code]
+    if code in ERROR_CODES:
+        kind, meaning = ERROR_CODES[code]
         return kind(f"Discord refused {where}: {meaning} ({detail})")
     if status == 401:
         return Unreachable(f"Discord refused {where}: bad bot token ({detail})")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
+from bridge_discord.error_codes import ERROR_CODES
 from bridge_discord.settings import CAPABILITIES, DISCORD_BUDGET, DiscordSettings
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def provider_type() -> ProviderType[DiscordSettings]:
         budget=DISCORD_BUDGET,
         settings_model=DiscordSettings,
         factory=create_provider,
+        error_codes=ERROR_CODES,
         description="Discord via discord.py: REST sends with idempotent creates, gateway inbound.",
     )
 

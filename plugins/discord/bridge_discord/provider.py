@@ -29,6 +29,7 @@ from bridge_core import (
     ProviderError,
     TransportError,
     Unreachable,
+    mapped_call,
     measure,
     neutralise_mass_mentions,
 )
@@ -100,21 +101,23 @@ class DiscordProvider(ChatProvider):
                 intents=self._intents(),
                 max_ratelimit_timeout=_SDK_MIN_RATELIMIT_TIMEOUT,
             )
-            failure: ProviderError | None = None
-            try:
+
+            async def login() -> None:
                 with anyio.fail_after(self._settings.call_deadline):
                     await client.login(self._settings.token.get_secret_value())
-            except Exception as exc:
-                failure = map_discord_error(exc, where="login")
+
+            try:
+                # mapped_call raises outside the except block: discord.py's exception holds the
+                # response, whose request carries the token, and must not ride along as
+                # __context__.
+                await mapped_call(login, lambda exc: map_discord_error(exc, where="login"))
+            except ProviderError:
+                await client.close()
+                raise
             except BaseException:
                 with anyio.CancelScope(shield=True):  # cancelled mid-login: still close it
                     await client.close()
                 raise
-            if failure is not None:
-                await client.close()
-                # Raised outside the except block: discord.py's exception holds the response,
-                # whose request carries the token, and must not ride along as __context__.
-                raise failure
             self._client = client
             return client
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from bridge_core import ProviderError, TransportError
+from bridge_core import ProviderError, TransportError, mapped_call
 from bridge_discord.errors import map_discord_response
 
 __all__ = ["DiscordRest"]
@@ -68,8 +68,8 @@ class DiscordRest:
         if body is not None:
             headers["Content-Type"] = "application/json"
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        failure: ProviderError
-        try:
+
+        async def call() -> Any:
             async with self._ready_session().request(
                 method, self._base_url + path, data=data, headers=headers, allow_redirects=False
             ) as response:
@@ -81,23 +81,25 @@ class DiscordRest:
                     if answer is _NOT_JSON:
                         raise TransportError(f"Discord answered {where} with a body not JSON")
                     return answer
-                failure = map_discord_response(
+                raise map_discord_response(
                     status=response.status,
                     body=answer if answer is not _NOT_JSON else None,
                     headers=response.headers,
                     where=where,
                 )
-        except TimeoutError:
-            failure = TransportError(
-                f"Discord did not answer {where} within the {self._timeout:g} s deadline"
-            )
-        except aiohttp.ClientError as exc:
-            failure = TransportError(f"network failure during {where}: {type(exc).__name__}")
-        except OSError as exc:
-            failure = TransportError(f"network failure during {where}: {type(exc).__name__}")
-        # Raised outside the except blocks: aiohttp's exceptions carry the request, whose
-        # headers hold the bot token, and must not ride along as __context__.
-        raise failure
+
+        def read(exc: Exception) -> ProviderError | None:
+            if isinstance(exc, TimeoutError):
+                return TransportError(
+                    f"Discord did not answer {where} within the {self._timeout:g} s deadline"
+                )
+            if isinstance(exc, (aiohttp.ClientError, OSError)):
+                return TransportError(f"network failure during {where}: {type(exc).__name__}")
+            return None
+
+        # mapped_call raises outside the except block: aiohttp's exceptions carry the request,
+        # whose headers hold the bot token, and must not ride along as __context__.
+        return await mapped_call(call, read)
 
     async def aclose(self) -> None:
         session, self._session = self._session, None

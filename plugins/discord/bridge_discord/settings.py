@@ -19,7 +19,13 @@ from bridge_core import (
     Window,
 )
 
-__all__ = ["CAPABILITIES", "DEFAULT_API_BASE", "DISCORD_BUDGET", "MAX_LENGTH", "DiscordSettings"]
+__all__ = [
+    "CAPABILITIES",
+    "DEFAULT_API_BASE",
+    "DISCORD_BUDGET",
+    "MAX_LENGTH",
+    "DiscordSettings",
+]
 
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 

@@ -1,4 +1,4 @@
-"""bridge-matrix: the Matrix provider for bridge-core, on httpx.
+"""bridge-matrix: the Matrix provider plugin for bridge-core, on httpx.
 
 Installed, it registers the provider type ``matrix`` through the ``bridge_core`` entry point
 (``bridge_matrix.plugin``). See ``MatrixSettings`` for a profile's settings.
@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from bridge_matrix.errors import ERRCODE_TABLE, map_matrix_error
+from bridge_matrix.error_codes import ERROR_CODES
+from bridge_matrix.errors import map_matrix_error
 from bridge_matrix.plugin import create_provider, provider_type
-from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MAX_TEXT_BYTES, MatrixSettings
+from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MAX_LENGTH, MatrixSettings
 
 if TYPE_CHECKING:
     from bridge_matrix.client import MatrixClient
@@ -23,9 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAPABILITIES",
-    "ERRCODE_TABLE",
+    "ERROR_CODES",
     "MATRIX_BUDGET",
-    "MAX_TEXT_BYTES",
+    "MAX_LENGTH",
     "MatrixClient",
     "MatrixProvider",
     "MatrixSettings",
@@ -34,14 +35,14 @@ __all__ = [
     "provider_type",
 ]
 
-_HTTP_NAMES = {
+_SDK_NAMES = {
     "MatrixClient": "bridge_matrix.client",
     "MatrixProvider": "bridge_matrix.provider",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _HTTP_NAMES.get(name)
+    module = _SDK_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'bridge_matrix' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

@@ -32,28 +32,12 @@ from bridge_core import (
     parse_retry_after,
     retry_after_header,
 )
+from bridge_matrix.error_codes import ERROR_CODES
 
-__all__ = ["ERRCODE_TABLE", "Operation", "map_matrix_error", "retry_after_of"]
+__all__ = ["Operation", "map_matrix_error", "retry_after_of"]
 
 Operation = Literal["post", "edit", "probe", "sync"]
 
-ERRCODE_TABLE: dict[str, tuple[type[ProviderError], str]] = {
-    # These two are read before the rest: the retry-after comes from the body or the header,
-    # and a missing event means a repost only for an edit.
-    "M_LIMIT_EXCEEDED": (RateLimited, "rate limited; retry_after_ms says for how long"),
-    "M_NOT_FOUND": (NotFound, "the event to edit is gone (on a post: the room, Unreachable)"),
-    "M_FORBIDDEN": (Forbidden, "the bot may not send there (kicked, banned, not joined)"),
-    "M_GUEST_ACCESS_FORBIDDEN": (Forbidden, "the room does not admit guests"),
-    "M_RESOURCE_LIMIT_EXCEEDED": (Forbidden, "the homeserver is over its user limit"),
-    "M_UNKNOWN_TOKEN": (Unreachable, "the access token is unknown or was revoked"),
-    "M_MISSING_TOKEN": (Unreachable, "no access token was sent"),
-    "M_USER_DEACTIVATED": (Unreachable, "the bot's account is deactivated"),
-    "M_UNRECOGNIZED": (Unreachable, "the homeserver does not know this endpoint"),
-    "M_TOO_LARGE": (MessageRejected, "the event is over the homeserver's size limit"),
-    "M_BAD_JSON": (MessageRejected, "the homeserver refused the event's JSON"),
-    "M_NOT_JSON": (MessageRejected, "the request body is not JSON"),
-    "M_INVALID_PARAM": (MessageRejected, "the homeserver refused a field of the event"),
-}
 
 _BODY_STATUSES = frozenset({400, 413, 422})
 
@@ -90,8 +74,8 @@ def map_matrix_error(
         if operation == "edit":
             return NotFound(f"the homeserver has no event to edit in {where} ({detail})")
         return Unreachable(f"the homeserver refused {where}: not found ({detail})")
-    if errcode in ERRCODE_TABLE:
-        kind, meaning = ERRCODE_TABLE[errcode]
+    if errcode in ERROR_CODES:
+        kind, meaning = ERROR_CODES[errcode]
         return kind(f"the homeserver refused {where}: {meaning} ({detail})")
     if status >= 500:
         return TransportError(f"the homeserver failed {where} with a server error ({detail})")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
+from bridge_matrix.error_codes import ERROR_CODES
 from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MatrixSettings
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def provider_type() -> ProviderType[MatrixSettings]:
         budget=MATRIX_BUDGET,
         settings_model=MatrixSettings,
         factory=create_provider,
+        error_codes=ERROR_CODES,
         description="Matrix (Synapse, any homeserver) over the client-server API; /sync inbound.",
     )
 

@@ -38,6 +38,7 @@ from bridge_core import (
     ProviderError,
     TransportError,
     Unreachable,
+    mapped_call,
     measure,
     neutralise_mass_mentions,
     post_key,
@@ -56,7 +57,7 @@ from bridge_matrix.settings import (
     CAPABILITIES,
     EVENT_BYTES,
     MATRIX_BUDGET,
-    MAX_TEXT_BYTES,
+    MAX_LENGTH,
     MatrixSettings,
 )
 
@@ -64,7 +65,7 @@ __all__ = [
     "CAPABILITIES",
     "ENVELOPE_BYTES",
     "MATRIX_BUDGET",
-    "MAX_TEXT_BYTES",
+    "MAX_LENGTH",
     "MatrixProvider",
     "MatrixSettings",
 ]
@@ -154,32 +155,38 @@ class MatrixProvider(ChatProvider):
         deadline: float | None = None,
     ) -> MatrixResponse:
         deadline = deadline or self._settings.call_deadline
-        failure: ProviderError
-        try:
+
+        async def call() -> MatrixResponse:
             with anyio.fail_after(deadline):
-                response = await self._http().request(
+                return await self._http().request(
                     method, path, body=body, params=params, read_timeout=deadline
                 )
-        except TimeoutError:
-            failure = TransportError(f"the homeserver did not answer {where} within {deadline:g} s")
-        except httpx.TimeoutException:
-            failure = TransportError(f"the homeserver did not answer {where} in time")
-        except httpx.HTTPError as exc:
-            failure = TransportError(f"network failure during {where}: {type(exc).__name__}")
-        else:
-            if response.ok and isinstance(response.body, dict):
-                return response
-            if response.ok:
-                failure = TransportError(f"the homeserver answered {where} with no JSON object")
-            else:
-                failure = map_matrix_error(
-                    response.status,
-                    response.body,
-                    headers=response.headers,
-                    operation=operation,
-                    where=where,
+
+        def read(exc: Exception) -> ProviderError | None:
+            if isinstance(exc, TimeoutError):
+                return TransportError(
+                    f"the homeserver did not answer {where} within {deadline:g} s"
                 )
-        raise failure
+            if isinstance(exc, httpx.TimeoutException):
+                return TransportError(f"the homeserver did not answer {where} in time")
+            if isinstance(exc, httpx.HTTPError):
+                return TransportError(f"network failure during {where}: {type(exc).__name__}")
+            return None
+
+        # mapped_call raises outside the except block: httpx's exceptions carry the request,
+        # whose headers hold the access token, and must not ride along as __context__.
+        response = await mapped_call(call, read)
+        if response.ok and isinstance(response.body, dict):
+            return response
+        if response.ok:
+            raise TransportError(f"the homeserver answered {where} with no JSON object")
+        raise map_matrix_error(
+            response.status,
+            response.body,
+            headers=response.headers,
+            operation=operation,
+            where=where,
+        )
 
     @staticmethod
     def _room(channel: str) -> str:
@@ -193,10 +200,10 @@ class MatrixProvider(ChatProvider):
 
     def _check_size(self, text: str, content: dict[str, Any], where: str) -> None:
         size = measure(text, LengthUnit.JSON_UTF8)
-        if size > MAX_TEXT_BYTES:
+        if size > MAX_LENGTH:
             raise MessageRejected(
                 f"text for {where} is {size} bytes as sent (JSON in UTF-8), over the "
-                f"{MAX_TEXT_BYTES} this provider declares: chunk it with "
+                f"{MAX_LENGTH} this provider declares: chunk it with "
                 "bridge_core.text.prepare before posting"
             )
         encoded = event_size(content) + ENVELOPE_BYTES

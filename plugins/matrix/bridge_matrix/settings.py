@@ -16,7 +16,7 @@ __all__ = [
     "CAPABILITIES",
     "EVENT_BYTES",
     "MATRIX_BUDGET",
-    "MAX_TEXT_BYTES",
+    "MAX_LENGTH",
     "MatrixSettings",
 ]
 
@@ -24,14 +24,14 @@ EVENT_BYTES = 65_536
 """Synapse refuses an event whose canonical JSON (envelope, hashes and signatures included) is
 over 65,536 bytes (``M_TOO_LARGE``); the spec sets the same limit for every homeserver."""
 
-MAX_TEXT_BYTES = 28_000
+MAX_LENGTH = 28_000
 # Counted as sent (LengthUnit.JSON_UTF8: the text as a JSON string in UTF-8, "\x1b" 6 bytes,
 # a quote or newline 2), so the core chunks any text to fit (ADR 0067). The event carries the
 # text once as ``body`` (an edit: once in ``m.new_content`` plus a fallback of at most 100 bytes
 # of text), so 28,000 stay under the 65,536-byte event with ample room for the envelope.
 CAPABILITIES = Capabilities(
     edit=True,
-    max_length=MAX_TEXT_BYTES,
+    max_length=MAX_LENGTH,
     length_unit=LengthUnit.JSON_UTF8,
     threads=True,
     inbound=True,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from bridge_matrix.errors import ERRCODE_TABLE, map_matrix_error, retry_after_of
+from bridge_matrix import ERROR_CODES
+from bridge_matrix.errors import map_matrix_error, retry_after_of
 
 from bridge_core import (
     Forbidden,
@@ -17,9 +18,9 @@ from bridge_core import (
 )
 
 
-@pytest.mark.parametrize("errcode", sorted(ERRCODE_TABLE))
+@pytest.mark.parametrize("errcode", sorted(ERROR_CODES))
 def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
-    kind, _ = ERRCODE_TABLE[errcode]
+    kind, _ = ERROR_CODES[errcode]
     error = map_matrix_error(400, {"errcode": errcode, "error": "x"}, operation="edit", where="w")
     assert type(error) is kind
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import anyio
 import pytest
-from bridge_matrix import CAPABILITIES, MAX_TEXT_BYTES, MatrixProvider, MatrixSettings
+from bridge_matrix import CAPABILITIES, MAX_LENGTH, MatrixProvider, MatrixSettings
 from bridge_matrix.inbound import SYNC_NAMESPACE
 from bridge_matrix.testing import FaultProxy, Synapse
 from bridge_matrix.testing.fixtures import MemoryKV, People
@@ -128,7 +128,7 @@ async def test_text_json_would_inflate_is_chunked_to_fit_and_edits_fit_too(
         await provider.post(room, part)
     assert len(synapse.history(people.person, room)) == before + len(parts)
     # An edit to text at the maximum (as sent) fits the event as well.
-    at_maximum = "\x02" * (MAX_TEXT_BYTES // 6)
+    at_maximum = "\x02" * (MAX_LENGTH // 6)
     ref = await provider.post(room, "to be edited")
     await provider.edit(ref, at_maximum)
     current = synapse.messages_by(people.person, room, people.bot.user_id)

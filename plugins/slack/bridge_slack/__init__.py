@@ -5,7 +5,7 @@ Installed, it registers the provider type ``slack`` through the ``bridge_core`` 
 
 The names that need slack-sdk or aiohttp (``SlackProvider``, ``SlackEvents``, ``escape_slack``)
 are imported on first use, so loading the plugin to list providers or check a config does not
-import the SDK.
+import the SDK. ``bridge_slack.testing`` has a fake Slack for tests.
 """
 
 from __future__ import annotations
@@ -13,22 +13,24 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from bridge_slack.errors import SLACK_ERRORS, map_slack_error
-from bridge_slack.plugin import provider_type
-from bridge_slack.settings import SLACK_BUDGET, SLACK_CAPABILITIES, SLACK_CHUNK, SlackSettings
+from bridge_slack.error_codes import ERROR_CODES
+from bridge_slack.errors import map_slack_error
+from bridge_slack.plugin import create_provider, provider_type
+from bridge_slack.settings import CAPABILITIES, MAX_LENGTH, SLACK_BUDGET, SlackSettings
 
 if TYPE_CHECKING:
     from bridge_slack.events import SlackEvents
     from bridge_slack.provider import SlackProvider, escape_slack
 
 __all__ = [
+    "CAPABILITIES",
+    "ERROR_CODES",
+    "MAX_LENGTH",
     "SLACK_BUDGET",
-    "SLACK_CAPABILITIES",
-    "SLACK_CHUNK",
-    "SLACK_ERRORS",
     "SlackEvents",
     "SlackProvider",
     "SlackSettings",
+    "create_provider",
     "escape_slack",
     "map_slack_error",
     "provider_type",

@@ -2,7 +2,7 @@
 
 Slack refuses with HTTP 200 and ``{"ok": false, "error": "<code>"}``, rate-limits with HTTP 429,
 ``Retry-After`` and ``error: "ratelimited"``, and fails at its edge with 5xx pages that are not
-JSON. ``SLACK_ERRORS`` reads each documented code (PLATFORMS.md; ADR 0042 has the reasoning):
+JSON. ``ERROR_CODES`` reads each documented code (PLATFORMS.md; ADR 0042 has the reasoning):
 
 ========================  ================  ===============================================
 code                      core error        why
@@ -45,56 +45,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge_core import (
-    Forbidden,
-    MessageRejected,
-    NotFound,
     ProviderError,
     RateLimited,
     TransportError,
-    Unreachable,
     retry_after_header,
 )
+from bridge_slack.error_codes import ERROR_CODES
 
-__all__ = ["RATE_LIMIT_CODES", "SLACK_ERRORS", "map_slack_error"]
+__all__ = ["RATE_LIMIT_CODES", "map_slack_error"]
 
 RATE_LIMIT_CODES = frozenset({"ratelimited", "rate_limited"})
-
-_AUTH = "check the profile's bot_token (a bot token starting xoxb-, not revoked)"
-_ACCESS = "invite the bot to the channel, or restore what was removed"
-
-SLACK_ERRORS: Mapping[str, tuple[type[ProviderError], str]] = {
-    "message_not_found": (NotFound, "the message was deleted"),
-    "cant_update_message": (NotFound, "the message cannot be edited by this bot"),
-    "edit_window_closed": (NotFound, "the message is too old to edit"),
-    "thread_not_found": (NotFound, "the thread no longer exists"),
-    "message_not_in_streaming_state": (NotFound, "the streamed message's stream has ended"),
-    "not_in_channel": (Forbidden, f"the bot is not a member of the channel: {_ACCESS}"),
-    # Also a private channel the bot was removed from: re-inviting it must bring replies back.
-    "channel_not_found": (
-        Forbidden,
-        f"the channel does not exist or the bot cannot see it (a private channel): {_ACCESS}",
-    ),
-    "is_archived": (Forbidden, "the channel is archived: unarchive it to post again"),
-    "is_inactive": (Forbidden, "the channel is archived or frozen"),
-    "no_permission": (Forbidden, "the workspace does not let the bot post here"),
-    "missing_scope": (Forbidden, "the app lacks a scope (chat:write): reinstall it with it"),
-    "restricted_action": (Forbidden, "a workspace preference prevents the bot from posting"),
-    "ekm_access_denied": (Forbidden, "administrators suspended the ability to post"),
-    "not_authed": (Unreachable, f"no token was sent: {_AUTH}"),
-    "invalid_auth": (Unreachable, f"the token was refused: {_AUTH}"),
-    "account_inactive": (Unreachable, f"the bot's account is deactivated: {_AUTH}"),
-    "token_revoked": (Unreachable, f"the token was revoked: {_AUTH}"),
-    "token_expired": (Unreachable, f"the token expired: {_AUTH}"),
-    "no_text": (MessageRejected, "the message had no text"),
-    "msg_too_long": (MessageRejected, "the message was over Slack's 40,000 characters"),
-    "invalid_arguments": (MessageRejected, "Slack refused the request's arguments"),
-    "invalid_blocks": (MessageRejected, "Slack refused the message's blocks"),
-    "fatal_error": (TransportError, "Slack failed internally; resend later"),
-    "internal_error": (TransportError, "Slack failed internally; resend later"),
-    "service_unavailable": (TransportError, "Slack is unavailable; resend later"),
-    "request_timeout": (TransportError, "Slack timed out; resend later"),
-    "update_failed": (TransportError, "Slack failed to apply the edit; resend later"),
-}
 
 
 def map_slack_error(
@@ -111,8 +71,8 @@ def map_slack_error(
         retry_after = retry_after_header(headers)
         wait = f"retry after {retry_after:g} s" if retry_after is not None else "no Retry-After"
         return RateLimited(f"{where}: rate limited ({wait})", retry_after=retry_after)
-    if code is not None and code in SLACK_ERRORS:
-        error_class, meaning = SLACK_ERRORS[code]
+    if code is not None and code in ERROR_CODES:
+        error_class, meaning = ERROR_CODES[code]
         return error_class(f"{where} failed with {code}: {meaning}")
     if status >= 500 or code is None:
         return TransportError(f"{where} failed with HTTP {status}" + (f" ({code})" if code else ""))

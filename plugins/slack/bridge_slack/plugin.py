@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
-from bridge_slack.settings import SLACK_BUDGET, SLACK_CAPABILITIES, SlackSettings
+from bridge_slack.error_codes import ERROR_CODES
+from bridge_slack.settings import CAPABILITIES, SLACK_BUDGET, SlackSettings
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
@@ -29,10 +30,11 @@ def create_provider(settings: SlackSettings, context: ProviderContext) -> SlackP
 def provider_type() -> ProviderType[SlackSettings]:
     return ProviderType(
         name="slack",
-        capabilities=SLACK_CAPABILITIES,
+        capabilities=CAPABILITIES,
         budget=SLACK_BUDGET,
         settings_model=SlackSettings,
         factory=create_provider,
+        error_codes=ERROR_CODES,
         description="Slack via slack-sdk: Web API posts and edits, signed Events API inbound.",
     )
 

@@ -29,22 +29,23 @@ from bridge_core import (
     ProviderError,
     TransportError,
     Unreachable,
+    mapped_call,
     neutralise_mass_mentions,
 )
 from bridge_slack.errors import map_slack_error
 from bridge_slack.events import SlackEvents
 from bridge_slack.settings import (
-    DEFAULT_API_BASE_URL,
-    SLACK_CAPABILITIES,
-    SLACK_CHUNK,
+    CAPABILITIES,
+    DEFAULT_API_BASE,
+    MAX_LENGTH,
     SlackSettings,
 )
 from bridge_slack.socket_mode import SlackSocketMode
 
 __all__ = [
-    "DEFAULT_API_BASE_URL",
-    "SLACK_CAPABILITIES",
-    "SLACK_CHUNK",
+    "DEFAULT_API_BASE",
+    "CAPABILITIES",
+    "MAX_LENGTH",
     "SlackProvider",
     "SlackSettings",
     "escape_slack",
@@ -70,7 +71,7 @@ class SlackProvider(ChatProvider):
     """One Slack bot profile. Build it through the plugin's factory or directly with settings."""
 
     name = "slack"
-    capabilities = SLACK_CAPABILITIES
+    capabilities = CAPABILITIES
 
     def __init__(
         self, settings: SlackSettings, *, profile: str = "slack", api_base_url: str | None = None
@@ -123,50 +124,57 @@ class SlackProvider(ChatProvider):
         """Call a Web API method; every failure comes out as a core ``ProviderError``, except
         the error codes in ``tolerate``, which come back as Slack's ``{"ok": false}`` data.
         ``client`` defaults to the bot-token client."""
-        client = client if client is not None else self._web()
-        try:
-            if method == "conversations.info":
-                response = await client.conversations_info(**kwargs)
-            elif method == "auth.test":
-                response = await client.auth_test()
-            else:
-                response = await client.api_call(method, json=kwargs)
-        except SlackApiError as exc:
-            refusal = exc.response.data if isinstance(exc.response.data, dict) else {}
-            code = refusal.get("error")
-            if code in tolerate:
-                return dict(refusal)
-            error = map_slack_error(
-                method=method,
-                channel=where,
-                status=int(exc.response.status_code),
-                code=code if isinstance(code, str) else None,
-                headers=exc.response.headers,
-            )
-        except TimeoutError:
-            error = TransportError(
-                f"Slack {method}: no answer within {self.settings.timeout:g} s (timeout)"
-            )
-        except aiohttp.ClientError as exc:
-            error = TransportError(f"Slack {method}: {type(exc).__name__}: {exc}")
-        except SlackClientError as exc:
-            error = TransportError(f"Slack {method}: {type(exc).__name__}: {exc}")
-        else:
+        web = client if client is not None else self._web()
+
+        async def call() -> dict[str, Any]:
+            try:
+                if method == "conversations.info":
+                    response = await web.conversations_info(**kwargs)
+                elif method == "auth.test":
+                    response = await web.auth_test()
+                else:
+                    response = await web.api_call(method, json=kwargs)
+            except SlackApiError as exc:
+                refusal = exc.response.data if isinstance(exc.response.data, dict) else {}
+                if refusal.get("error") in tolerate:
+                    return dict(refusal)
+                raise  # read below, outside this block
             data = response.data
             if not isinstance(data, dict):
                 raise TransportError(f"Slack {method}: the answer was not a JSON object")
             return data
-        # Raised outside the except blocks so no SDK exception (holding the request's headers)
-        # is chained as __context__.
-        raise error
+
+        def read(exc: Exception) -> ProviderError | None:
+            if isinstance(exc, SlackApiError):
+                code = (
+                    exc.response.data.get("error") if isinstance(exc.response.data, dict) else None
+                )
+                return map_slack_error(
+                    method=method,
+                    channel=where,
+                    status=int(exc.response.status_code),
+                    code=code if isinstance(code, str) else None,
+                    headers=exc.response.headers,
+                )
+            if isinstance(exc, TimeoutError):
+                return TransportError(
+                    f"Slack {method}: no answer within {self.settings.timeout:g} s (timeout)"
+                )
+            if isinstance(exc, (aiohttp.ClientError, SlackClientError)):
+                return TransportError(f"Slack {method}: {type(exc).__name__}: {exc}")
+            return None
+
+        # mapped_call raises the core error outside the except block, so no SDK exception
+        # (holding the request's headers) is chained to it as __context__.
+        return await mapped_call(call, read)
 
     # ----------------------------------------------------------------- outbound
 
     def _refuse_over_long(self, text: str) -> None:
-        if len(text) > SLACK_CHUNK:
+        if len(text) > MAX_LENGTH:
             raise MessageRejected(
                 f"Slack text of {len(text)} characters is over the declared maximum of "
-                f"{SLACK_CHUNK}: chunk it with bridge_core.text.prepare first"
+                f"{MAX_LENGTH}: chunk it with bridge_core.text.prepare first"
             )
 
     async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:

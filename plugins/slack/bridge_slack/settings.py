@@ -15,23 +15,23 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from bridge_core import Capabilities, LengthUnit, ProviderSettings, SendBudget, StreamingMode
 
 __all__ = [
-    "DEFAULT_API_BASE_URL",
+    "CAPABILITIES",
+    "DEFAULT_API_BASE",
+    "MAX_LENGTH",
     "SLACK_BUDGET",
-    "SLACK_CAPABILITIES",
-    "SLACK_CHUNK",
     "SlackSettings",
 ]
 
-DEFAULT_API_BASE_URL = "https://slack.com/api/"
+DEFAULT_API_BASE = "https://slack.com/api/"
 
 # Slack refuses text over 40,000 characters but collapses anything past about 4,000 behind
 # "Show more" and recommends staying under 4,000; 3,900 keeps each chunk one readable message
 # with room for the escapes' growth measured in already (ADR 0041).
-SLACK_CHUNK = 3_900
+MAX_LENGTH = 3_900
 
-SLACK_CAPABILITIES = Capabilities(
+CAPABILITIES = Capabilities(
     edit=True,
-    max_length=SLACK_CHUNK,
+    max_length=MAX_LENGTH,
     length_unit=LengthUnit.CHARACTERS,
     threads=True,
     inbound=True,
@@ -65,7 +65,7 @@ class SlackSettings(ProviderSettings):
     """The app's signing secret; setting it serves the Events API at ``events_path``, where only
     requests with a valid signature under five minutes old are accepted. Leave it out for a bot that
     only posts, or that takes events over Socket Mode."""
-    api_base_url: str = DEFAULT_API_BASE_URL
+    api_base_url: str = DEFAULT_API_BASE
     """The base URL of Slack's Web API. Change it for GovSlack (``https://slack-gov.com/api/``), an
     egress proxy or a test's fake; a missing trailing slash is added."""
     events_path: str = "/slack/events"

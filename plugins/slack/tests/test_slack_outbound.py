@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bridge_slack import SLACK_CHUNK, SLACK_ERRORS, SlackProvider, SlackSettings, provider_type
+from bridge_slack import ERROR_CODES, MAX_LENGTH, SlackProvider, SlackSettings, provider_type
 from bridge_slack.errors import map_slack_error
 from bridge_slack.testing.fake_slack import FakeSlack
 from pydantic import ValidationError
@@ -76,11 +76,11 @@ async def test_edit_updates_the_message_in_place(
     assert (message.text, message.edits) == ("v2", ["v1"])
 
 
-@pytest.mark.parametrize("code", sorted(SLACK_ERRORS))
+@pytest.mark.parametrize("code", sorted(ERROR_CODES))
 async def test_every_documented_error_maps_onto_the_taxonomy(
     provider: SlackProvider, fake_slack: FakeSlack, code: str
 ) -> None:
-    expected, _ = SLACK_ERRORS[code]
+    expected, _ = ERROR_CODES[code]
     fake_slack.script("chat.update", FakeSlack.error(code))
     async with provider:
         ref = await provider.post("C0GENERAL", "x")
@@ -206,11 +206,11 @@ async def test_over_long_text_is_refused_before_any_request(
     provider: SlackProvider, fake_slack: FakeSlack
 ) -> None:
     async with provider:
-        await provider.post("C0GENERAL", "a" * SLACK_CHUNK)
+        await provider.post("C0GENERAL", "a" * MAX_LENGTH)
         with pytest.raises(MessageRejected, match="chunk"):
-            await provider.post("C0GENERAL", "a" * (SLACK_CHUNK + 1))
+            await provider.post("C0GENERAL", "a" * (MAX_LENGTH + 1))
         with pytest.raises(MessageRejected, match="chunk"):
-            await provider.edit(MessageRef("C0GENERAL", "1.1"), "b" * (SLACK_CHUNK + 1))
+            await provider.edit(MessageRef("C0GENERAL", "1.1"), "b" * (MAX_LENGTH + 1))
     assert fake_slack.count() == 1
 
 
@@ -280,8 +280,8 @@ def test_settings_validate_without_echoing_secrets() -> None:
 
 
 def test_every_error_class_in_the_table_is_a_provider_error() -> None:
-    assert all(issubclass(cls, ProviderError) for cls, _ in SLACK_ERRORS.values())
-    assert {cls for cls, _ in SLACK_ERRORS.values()} == {
+    assert all(issubclass(cls, ProviderError) for cls, _ in ERROR_CODES.values())
+    assert {cls for cls, _ in ERROR_CODES.values()} == {
         NotFound,
         Forbidden,
         Unreachable,

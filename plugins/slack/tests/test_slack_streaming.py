@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from bridge_slack import SLACK_CAPABILITIES, SlackProvider, SlackSettings
+from bridge_slack import CAPABILITIES, SlackProvider, SlackSettings
 from bridge_slack.testing.fake_slack import FakeSlack
 
 from bridge_core import StreamingMode
@@ -56,7 +56,7 @@ async def stream_one(settings: dict[str, Any], *, thread: str | None) -> tuple[S
 
 
 def test_slack_declares_native_streaming() -> None:
-    assert SLACK_CAPABILITIES.streaming_mode is StreamingMode.NATIVE
+    assert CAPABILITIES.streaming_mode is StreamingMode.NATIVE
 
 
 async def test_a_reply_in_a_thread_streams_natively(

@@ -1,7 +1,11 @@
-"""bridge-teams: the Microsoft Teams provider for bridge-core, on botbuilder (Bot Connector).
+"""bridge-teams: the Microsoft Teams provider plugin for bridge-core, on botbuilder.
+
+Installed, it registers the provider type ``teams`` through the ``bridge_core`` entry point
+(``bridge_teams.plugin``). See ``TeamsSettings`` for a profile's settings.
 
 The names that need botbuilder, msrest, requests, aiohttp or PyJWT are imported on first use, so
 loading the plugin to list providers or check a config does not import them.
+``bridge_teams.testing`` has a fake Bot Connector for tests.
 """
 
 from __future__ import annotations
@@ -9,12 +13,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from bridge_teams.error_codes import ERROR_CODES
 from bridge_teams.plugin import create_provider, provider_type
-from bridge_teams.settings import CAPABILITIES, MAX_TEXT_BYTES, TEAMS_BUDGET, TeamsSettings
+from bridge_teams.settings import CAPABILITIES, MAX_LENGTH, TEAMS_BUDGET, TeamsSettings
 
 if TYPE_CHECKING:
     from bridge_teams.auth import InvalidToken, OpenIdKeys, StaticKeys, TokenValidator
-    from bridge_teams.errors import CODE_TABLE, map_teams_error
+    from bridge_teams.errors import map_teams_error
     from bridge_teams.inbound import (
         ReferenceStore,
         conversation_id,
@@ -31,8 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAPABILITIES",
-    "CODE_TABLE",
-    "MAX_TEXT_BYTES",
+    "ERROR_CODES",
+    "MAX_LENGTH",
     "TEAMS_BUDGET",
     "AdapterTransport",
     "ClientCredentials",
@@ -58,7 +63,6 @@ _SDK_NAMES = {
     "OpenIdKeys": "bridge_teams.auth",
     "StaticKeys": "bridge_teams.auth",
     "TokenValidator": "bridge_teams.auth",
-    "CODE_TABLE": "bridge_teams.errors",
     "map_teams_error": "bridge_teams.errors",
     "ReferenceStore": "bridge_teams.inbound",
     "conversation_id": "bridge_teams.inbound",

@@ -39,21 +39,13 @@ from bridge_core import (
     Unreachable,
     retry_after_header,
 )
+from bridge_teams.error_codes import ERROR_CODES
 from bridge_teams.transport import CredentialsError
 
-__all__ = ["CODE_TABLE", "Operation", "map_teams_error"]
+__all__ = ["Operation", "map_teams_error"]
 
 Operation = Literal["post", "edit"]
 
-CODE_TABLE: dict[str, tuple[type[ProviderError], str]] = {
-    "BotDisabledByAdmin": (Unreachable, "an admin disabled the bot"),
-    "ConversationBlockedByUser": (Unreachable, "the user blocked the bot"),
-    "BotNotInConversationRoster": (Forbidden, "the bot is not a member of the conversation"),
-    "NotEnoughPermissions": (Forbidden, "the bot lacks permission in the conversation"),
-    "ActivityNotFoundInConversation": (NotFound, "the message was deleted"),
-    "ConversationNotFound": (Unreachable, "the conversation does not exist"),
-    "MessageSizeTooBig": (MessageRejected, "the message is over Teams' size limit"),
-}
 
 _TRANSIENT_STATUSES = frozenset({408, 412, 502, 503, 504})
 _BODY_STATUSES = frozenset({400, 413, 422})
@@ -91,8 +83,8 @@ def map_teams_error(error: BaseException, *, operation: Operation, where: str) -
                 f"Teams throttled {where} ({detail})",
                 retry_after=retry_after_header(getattr(response, "headers", None)),
             )
-        if code in CODE_TABLE:
-            kind, meaning = CODE_TABLE[code]
+        if code in ERROR_CODES:
+            kind, meaning = ERROR_CODES[code]
             return kind(f"Teams refused {where}: {meaning} ({detail})")
         if status in _TRANSIENT_STATUSES:
             return TransportError(f"Teams failed {where} ({detail}); retry with backoff")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bridge_core import ProviderContext, ProviderType, SendBudget, hookimpl
+from bridge_teams.error_codes import ERROR_CODES
 from bridge_teams.settings import CAPABILITIES, TEAMS_BUDGET, TeamsSettings
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def provider_type() -> ProviderType[TeamsSettings]:
         budget=TEAMS_BUDGET,
         settings_model=TeamsSettings,
         factory=create_provider,
+        error_codes=ERROR_CODES,
         description="Microsoft Teams via the Bot Connector (botbuilder); JWT-checked inbound.",
     )
 

@@ -37,6 +37,7 @@ from bridge_core import (
     Unreachable,
     find_invalid_text,
     json_may_hold_invalid_text,
+    mapped_call,
     measure,
     neutralise_mass_mentions,
     valid_json,
@@ -55,7 +56,7 @@ from bridge_teams.inbound import (
     inbound_from_activity,
     split_conversation_id,
 )
-from bridge_teams.settings import CAPABILITIES, MAX_TEXT_BYTES, TeamsSettings
+from bridge_teams.settings import CAPABILITIES, MAX_LENGTH, TeamsSettings
 from bridge_teams.transport import (
     ClientCredentials,
     ConnectorTransport,
@@ -64,7 +65,7 @@ from bridge_teams.transport import (
     message_activity,
 )
 
-__all__ = ["CAPABILITIES", "MAX_TEXT_BYTES", "TeamsProvider", "TeamsSettings"]
+__all__ = ["CAPABILITIES", "MAX_LENGTH", "TeamsProvider", "TeamsSettings"]
 
 _log = logging.getLogger("bridge_teams")
 
@@ -143,9 +144,9 @@ class TeamsProvider(ChatProvider):
 
     def _check_length(self, text: str) -> None:
         size = measure(text, CAPABILITIES.length_unit)
-        if size > MAX_TEXT_BYTES:
+        if size > MAX_LENGTH:
             raise MessageRejected(
-                f"text is {size} bytes as sent (JSON-escaped), over the {MAX_TEXT_BYTES} this "
+                f"text is {size} bytes as sent (JSON-escaped), over the {MAX_LENGTH} this "
                 "provider sends in one Teams message: chunk it with bridge_core.text.prepare "
                 "before posting"
             )
@@ -176,19 +177,22 @@ class TeamsProvider(ChatProvider):
         # resend after a refused token), as Discord's call_deadline. The transport's worker
         # thread is left to end on its own (ConnectorTransport says how and when).
         deadline = self._settings.call_deadline
-        failure: ProviderError
-        try:
+
+        async def call() -> T:
             with anyio.fail_after(deadline):
                 return await action()
-        except TimeoutError:
-            failure = TransportError(
-                f"Teams did not complete the {where} within the {deadline:g} s call_deadline"
-            )
-        except Exception as exc:
-            failure = map_teams_error(exc, operation=operation, where=where)
-        # Raised outside the except block: msrest's exception keeps the requests.Response, whose
-        # request carries the connector token, and must not ride along as __context__.
-        raise failure
+
+        def read(exc: Exception) -> ProviderError:
+            if isinstance(exc, TimeoutError):
+                return TransportError(
+                    f"Teams did not complete the {where} within the {deadline:g} s call_deadline"
+                )
+            return map_teams_error(exc, operation=operation, where=where)
+
+        # mapped_call raises outside the except block: msrest's exception keeps the
+        # requests.Response, whose request carries the connector token, and must not ride along
+        # as __context__.
+        return await mapped_call(call, read)
 
     def escape(self, text: str) -> str:
         # Teams renders a subset of HTML in a message's text: agent text must not bring markup

@@ -24,7 +24,7 @@ __all__ = [
     "BOT_FRAMEWORK_OPENID_URL",
     "CAPABILITIES",
     "DEFAULT_SCOPE",
-    "MAX_TEXT_BYTES",
+    "MAX_LENGTH",
     "TEAMS_BUDGET",
     "TeamsSettings",
 ]
@@ -37,10 +37,10 @@ DEFAULT_SCOPE = "https://api.botframework.com/.default"
 # \u001b, an emoji the 12 of a surrogate pair): 24,000 such bytes of text leave the envelope more
 # than 4 KB under the cap, whatever the text holds (ADR 0067, amending ADR 0046's 8,000 UTF-8
 # bytes, which control characters grew sixfold past the cap).
-MAX_TEXT_BYTES = 24_000
+MAX_LENGTH = 24_000
 CAPABILITIES = Capabilities(
     edit=True,
-    max_length=MAX_TEXT_BYTES,
+    max_length=MAX_LENGTH,
     length_unit=LengthUnit.JSON_ASCII,
     threads=True,
     inbound=True,
