@@ -27,6 +27,11 @@ A page asks for a generated block with a marker on a line of its own::
 the hookspecs). An unknown marker, or a generator that fails, is an error: the strict build
 fails instead of publishing a page with a hole in it.
 
+The committed pages hold the generated block too, between the marker and an end marker
+``<!-- /generated: NAME -->``, so a page read on GitHub is complete; the build replaces the
+block with a fresh rendering, and ``tests/docs/test_docs_generated.py`` fails when a committed
+block differs from it. ``python docs/hooks.py --write`` rewrites every committed block.
+
 Links from a page to a file outside ``docs/`` (an ADR pointing at ``../../bridge_core/x.py``)
 cannot resolve in the built site; they are rewritten to the path in code font, so the strict
 build does not fail on them and the reader still sees where to look.
@@ -39,22 +44,34 @@ from __future__ import annotations
 import posixpath
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 # mkdocs puts this file's folder on sys.path while it loads the hooks; so do the tests.
 from bridge_docgen import code_tables, config, project, streaming
 
 __all__ = [
+    "DOCS_DIR",
     "GENERATORS",
     "MARKER",
     "expand_markers",
+    "fill_markers",
+    "pages_with_markers",
     "on_page_content",
     "on_page_markdown",
     "scalable_diagrams",
 ]
 
 MARKER = re.compile(r"^<!--[ \t]*generated:[ \t]*([a-z][a-z0-9-]*)[ \t]*-->[ \t]*$", re.MULTILINE)
+# A marker, then (in a committed page) the block generated last time and its end marker.
+_BLOCK = re.compile(
+    r"^<!--[ \t]*generated:[ \t]*(?P<name>[a-z][a-z0-9-]*)[ \t]*-->[ \t]*$"
+    r"(?:\n(?P<body>(?:(?!<!--[ \t]*/?generated:).*\n)*?)"
+    r"<!--[ \t]*/generated:[ \t]*(?P=name)[ \t]*-->[ \t]*$)?",
+    re.MULTILINE,
+)
+DOCS_DIR = Path(__file__).resolve().parent
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "adr-index": project.adr_index,
@@ -95,28 +112,45 @@ def _rewrite_outside_links(markdown: str, page_path: str) -> str:
     return _OUTSIDE_LINK.sub(replace, markdown)
 
 
+def _render(name: str, where: str, overrides: Mapping[str, Callable[[], str]] | None) -> str:
+    generator = (overrides or {}).get(name) or GENERATORS.get(name)
+    if generator is None:
+        raise KeyError(f"{where}: unknown generated block {name!r}; known: {sorted(GENERATORS)}")
+    try:
+        return generator().rstrip("\n")
+    except Exception as error:
+        raise RuntimeError(f"{where}: generating {name!r} failed: {error!r}") from error
+
+
 def expand_markers(
     markdown: str,
     *,
     where: str = "page",
     overrides: Mapping[str, Callable[[], str]] | None = None,
 ) -> str:
-    """Replace each ``<!-- generated: NAME -->`` line with what ``GENERATORS[NAME]`` renders
-    (or ``overrides[NAME]``, which the build uses to hand generators what it collected)."""
+    """Replace each ``<!-- generated: NAME -->`` line (with the committed block after it, up to
+    its end marker, if any) with what ``GENERATORS[NAME]`` renders (or ``overrides[NAME]``,
+    which the build uses to hand generators what it collected)."""
+    return _BLOCK.sub(lambda match: _render(match["name"], where, overrides), markdown)
 
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        generator = (overrides or {}).get(name) or GENERATORS.get(name)
-        if generator is None:
-            raise KeyError(
-                f"{where}: unknown generated block {name!r}; known: {sorted(GENERATORS)}"
-            )
-        try:
-            return generator().rstrip("\n")
-        except Exception as error:
-            raise RuntimeError(f"{where}: generating {name!r} failed: {error!r}") from error
 
-    return MARKER.sub(replace, markdown)
+def fill_markers(markdown: str, *, where: str = "page") -> str:
+    """The page as it is committed: each marker followed by its generated block and an end
+    marker, blank lines around the block (so it reads as markdown on GitHub too)."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match["name"]
+        block = _render(name, where, None)
+        return f"<!-- generated: {name} -->\n\n{block}\n\n<!-- /generated: {name} -->"
+
+    return _BLOCK.sub(fill, markdown)
+
+
+def pages_with_markers(root: Path = DOCS_DIR) -> Iterator[Path]:
+    """Every markdown page below ``root`` with a generated block."""
+    for path in sorted(root.rglob("*.md")):
+        if MARKER.search(path.read_text(encoding="utf-8")):
+            yield path
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -127,8 +161,16 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - a convenience for writers
+    if sys.argv[1:] == ["--write"]:
+        for path in pages_with_markers():
+            text = path.read_text(encoding="utf-8")
+            filled = fill_markers(text, where=str(path.relative_to(DOCS_DIR)))
+            if filled != text:
+                path.write_text(filled, encoding="utf-8")
+                print(f"rewrote {path.relative_to(DOCS_DIR.parent)}")
+        sys.exit(0)
     if len(sys.argv) != 2 or sys.argv[1] not in GENERATORS:
-        sys.exit(f"usage: python docs/hooks.py {{{'|'.join(sorted(GENERATORS))}}}")
+        sys.exit(f"usage: python docs/hooks.py --write | {{{'|'.join(sorted(GENERATORS))}}}")
     sys.stdout.write(GENERATORS[sys.argv[1]]())
 
 
