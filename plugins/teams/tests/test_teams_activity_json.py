@@ -10,10 +10,9 @@ from typing import Any
 from botbuilder.schema import Activity
 from bridge_teams.activity_json import inbound_from_plain, read_plain
 from bridge_teams.inbound import inbound_from_activity, split_conversation_id
+from bridge_teams.testing.fake_teams import FakeTeams
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from bridge_core.testing.fake_teams import FakeTeams
 
 SCALARS = st.none() | st.booleans() | st.integers(-2, 2) | st.floats(allow_nan=False)
 NAMES = st.sampled_from(["", "Bridge", "28:bot", "29:user-1", "aad-1", "bot", "user", "x.y*"])
