@@ -20,7 +20,7 @@ import gc
 import random
 import time
 import tracemalloc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import anyio
@@ -108,10 +108,14 @@ def floor_rate(pool: Sequence[FleetEvent], count: int) -> float:
 
 
 async def run_notifier(
-    pool: Sequence[FleetEvent], counts: Sequence[int], measure_memory: bool
+    pool: Sequence[FleetEvent],
+    counts: Sequence[int],
+    measure_memory: bool,
+    before_each: Callable[[int], object] | None = None,
 ) -> list[tuple[int, float, int, int]]:
     """For each count: (count, events per second, peak bytes above the settled state, the
-    settled state's bytes: provider, sender and notifier with 1,000 live agents)."""
+    settled state's bytes: provider, sender and notifier with 1,000 live agents).
+    ``before_each(count)`` runs before each count is measured (a round of the floor)."""
     gc.collect()  # the previous run's channel must not be freed inside this one's figures
     before = tracemalloc.get_traced_memory()[0] if measure_memory else 0
     provider = NullProvider()
@@ -132,6 +136,8 @@ async def run_notifier(
         size = len(pool)
         handle = notifier.handle
         for count in counts:
+            if before_each is not None:
+                before_each(count)
             gc.collect()
             if measure_memory:
                 tracemalloc.reset_peak()
@@ -168,10 +174,20 @@ def figures(*, quick: bool = False) -> list[Figure]:
     memory_counts = [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000]
     pool = event_pool(50_000, churn=True)
 
-    floor = floor_rate(pool, speed_count)
-    [(count, rate, _, _)] = anyio.run(run_notifier, pool, [speed_count], False, backend="asyncio")
+    # Ten rounds on one notifier, each after a round of the floor, the best of each kept: a
+    # change of the machine's load during the run then moves both figures alike.
+    floors: list[float] = []
+    rounds = anyio.run(
+        run_notifier,
+        pool,
+        [speed_count // 10] * 10,
+        False,
+        lambda n: floors.append(floor_rate(pool, n)),
+        backend="asyncio",
+    )
+    count, floor, rate = speed_count, max(floors), max(r for _, r, _, _ in rounds)
     print(f"throughput over {count:,} events, {AGENTS:,} live agents (with churn), filters and")
-    print("sender on, asyncio:")
+    print("sender on, asyncio (best of 10 rounds, each after a round of the floor):")
     print(f"  notifier.handle : {rate:>12,.0f} events/s  (target >= 300,000)")
     print(f"  floor (dict)    : {floor:>12,.0f} events/s")
     print(f"  ratio           : {rate / floor:>12.3f} of the floor ({floor / rate:.1f}x slower)")

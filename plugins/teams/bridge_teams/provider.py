@@ -214,7 +214,7 @@ class TeamsProvider(ChatProvider):
 
     async def handle_activity(self, request: HttpRequest, sink: InboundSink) -> HttpResponse:
         """Validate and take one request from the Bot Connector."""
-        not_an_activity = _json_response(400, {"error": "the body is not a Bot Framework activity"})
+        not_an_activity = _NOT_AN_ACTIVITY
         try:
             body = json.loads(request.body.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -270,7 +270,7 @@ class TeamsProvider(ChatProvider):
         # Bots (the bridge itself included) are never user turns: they stop here.
         if message is not None and not message.author_is_bot:
             await sink(message)
-        return _json_response(200, {})
+        return _TAKEN
 
 
 def _string(value: object) -> str | None:
@@ -279,3 +279,9 @@ def _string(value: object) -> str | None:
 
 def _json_response(status: int, body: dict[str, str]) -> HttpResponse:
     return HttpResponse(status=status, body=json.dumps(body).encode("utf-8"))
+
+
+# The endpoint's constant answers, made once (HttpResponse is frozen; its headers are never
+# written to after it is made).
+_NOT_AN_ACTIVITY = _json_response(400, {"error": "the body is not a Bot Framework activity"})
+_TAKEN = _json_response(200, {})
