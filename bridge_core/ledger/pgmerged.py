@@ -23,14 +23,15 @@ import psycopg
 
 from bridge_core.ledger.model import Obligation
 from bridge_core.ledger.rows import COLUMNS, INSERT_COLUMNS, insert_params, to_obligation
-from bridge_core.ledger.sqlmerged import rounds
+from bridge_core.ledger.sqlmerged import CHUNK, rounds
 
-__all__ = ["Gathered", "claim_many", "held_many", "record_many"]
+__all__ = ["PG_CHUNK", "Gathered", "claim_many", "held_many", "record_many"]
 
-# Rows per claim or held update: each such statement joins its VALUES to the table, and with
-# more rows than this the planner (its statistics stale after a sweep's claims) scanned the
-# whole table per statement, or looped the VALUES over every row (7.8 s for 400 rows of 20,000).
-# The statements also name their ids in ``id = ANY(...)``, so the primary key drives them.
+# Rows per statement of a sweep's page claim and settles (``by_key``): each statement joins its
+# VALUES to the table, and with a page's 400 rows the planner (its statistics stale after the
+# sweep's claims) scanned the whole table per statement, or looped the VALUES over every row
+# (7.8 s for 400 rows of 20,000). These statements also name their ids in ``id = ANY(...)``,
+# so the primary key drives them. Concurrent single calls keep their statements as they were.
 PG_CHUNK = 64
 
 I = TypeVar("I")  # noqa: E741
@@ -58,12 +59,14 @@ class Gathered(Generic[I, R]):
         connection: Callable[[], AbstractAsyncContextManager[Connection]],
         *,
         key: Callable[[I], str] | None = None,
+        size: int = CHUNK,
     ) -> None:
         self._run_many = run_many
         self._connection = connection
         # ``key`` (the item's row id) marks a kind whose gathering of distinct rows, at most
         # one statement's worth, runs as one autocommit statement (see ``_transaction``).
         self._key = key
+        self._size = size
         self._queued: list[tuple[I, _Slot[R]]] = []
 
     async def call(self, item: I) -> R:
@@ -114,7 +117,7 @@ class Gathered(Generic[I, R]):
     async def _transaction(self, items: list[I]) -> list[R]:
         if (
             self._key is not None
-            and len(items) <= PG_CHUNK
+            and len(items) <= self._size
             and len({*map(self._key, items)}) == len(items)
         ):
             # One statement (distinct rows, one chunk): on an autocommit connection it is its
@@ -185,16 +188,25 @@ def _qualified_columns(table: str) -> str:
 
 
 async def claim_many(
-    conn: Connection, items: list[tuple[str, int, float]], *, table: str, owner: str, live: str
+    conn: Connection,
+    items: list[tuple[str, int, float]],
+    *,
+    table: str,
+    owner: str,
+    live: str,
+    by_key: bool = False,
 ) -> list[Obligation | None]:
     """The claim's compare-and-swap for many rows: one ``UPDATE … FROM (VALUES …)``."""
     results: list[Obligation | None] = [None] * len(items)
     returning = _qualified_columns(table)
-    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK):
+    keyed = f"{table}.id = ANY(%s) AND " if by_key else ""
+    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK if by_key else CHUNK):
         params: list[Any] = [owner]
         for _, item in chunk:
             params += item
-        params += ([item[0] for _, item in chunk], owner)
+        if by_key:
+            params.append([item[0] for _, item in chunk])
+        params.append(owner)
         claimed = {
             row[0]: row
             async for row in _rows(
@@ -205,7 +217,7 @@ async def claim_many(
                 "penalty = FALSE, next_attempt_at = NULL, updated_at = c.now "
                 f"FROM (VALUES {_values(len(chunk), 3, ('text', 'int8', 'float8'))}) "
                 "AS c (id, fence, now) "
-                f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+                f"WHERE {keyed}{table}.id = c.id AND {table}.fence = c.fence "
                 f"AND {table}.state IN ('pending', 'attempting', 'failed') "
                 f"AND ({table}.owner IS NULL OR {table}.owner = %s "
                 f"OR {table}.owner NOT IN ({live})) RETURNING {returning}",
@@ -224,17 +236,20 @@ refs to append as a JSON array (``'[]'``: none)."""
 
 
 async def held_many(
-    conn: Connection, items: list[HeldItem], *, table: str, owner: str
+    conn: Connection, items: list[HeldItem], *, table: str, owner: str, by_key: bool = False
 ) -> list[Obligation | None]:
     """``progress`` and ``settle`` for many rows, conditioned on owner, fence, ``attempting``."""
     results: list[Obligation | None] = [None] * len(items)
     returning = _qualified_columns(table)
     casts = ("text", "int8", "float8", "text", "float8", "bool", "text", "jsonb")
-    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK):
+    keyed = f"{table}.id = ANY(%s) AND " if by_key else ""
+    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK if by_key else CHUNK):
         params: list[Any] = []
         for _, item in chunk:
             params += item
-        params += ([item[0] for _, item in chunk], owner)
+        if by_key:
+            params.append([item[0] for _, item in chunk])
+        params.append(owner)
         changed = {
             row[0]: row
             async for row in _rows(
@@ -248,7 +263,7 @@ async def held_many(
                 f"delivered = {table}.delivered || c.refs "
                 f"FROM (VALUES {_values(len(chunk), 8, casts)}) "
                 "AS c (id, fence, now, state, next, penalty, error, refs) "
-                f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+                f"WHERE {keyed}{table}.id = c.id AND {table}.fence = c.fence "
                 f"AND {table}.owner = %s "
                 f"AND {table}.state = 'attempting' RETURNING {returning}",
                 params,

@@ -29,7 +29,14 @@ import psycopg
 
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner
-from bridge_core.ledger.pgmerged import Gathered, HeldItem, claim_many, held_many, record_many
+from bridge_core.ledger.pgmerged import (
+    PG_CHUNK,
+    Gathered,
+    HeldItem,
+    claim_many,
+    held_many,
+    record_many,
+)
 from bridge_core.ledger.rows import (
     COLUMNS,
     encode_refs,
@@ -106,10 +113,27 @@ class PostgresLedgerStore:
             self.connection,
             key=_first,
         )
+        # A sweep's page: its own statements, driven by the primary key (pgmerged.PG_CHUNK)
+        self._page_claims: Gathered[tuple[str, int, float], Obligation | None] = Gathered(
+            lambda conn, items: claim_many(
+                conn, items, table=self._t, owner=self._owner, live=self._live, by_key=True
+            ),
+            self.connection,
+            key=_first,
+            size=PG_CHUNK,
+        )
         self._held: Gathered[HeldItem, Obligation | None] = Gathered(
             lambda conn, items: held_many(conn, items, table=self._t, owner=self._owner),
             self.connection,
             key=_first,
+        )
+        self._page_held: Gathered[HeldItem, Obligation | None] = Gathered(
+            lambda conn, items: held_many(
+                conn, items, table=self._t, owner=self._owner, by_key=True
+            ),
+            self.connection,
+            key=_first,
+            size=PG_CHUNK,
         )
 
     @property
@@ -288,12 +312,12 @@ class PostgresLedgerStore:
     async def claim_many(
         self, items: Sequence[tuple[str, int]], *, now: float
     ) -> list[Obligation | None]:
-        return await self._claims.call_many([(oid, fence, now) for oid, fence in items])
+        return await self._page_claims.call_many([(oid, fence, now) for oid, fence in items])
 
     async def mark_delivered(
         self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
     ) -> list[bool]:
-        settled = await self._held.call_many(
+        settled = await self._page_held.call_many(
             [
                 (oid, fence, now, State.DELIVERED.value, None, False, None, encode_refs([ref]))
                 for oid, fence, ref in items
