@@ -107,7 +107,9 @@ def test_text_logs_carry_an_iso_date_in_utc_and_say_once_what_is_served(
             env={**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""},
         )
     try:
+        # The ready file is written after the stores line is logged: wait for both, not one.
         wait_for(lambda: "stores: ledger" in log.read_text(), what=f"the stores line in {log}")
+        wait_for(ready.exists, what=f"{ready} (written atomically once the gateway serves)")
         ready_info = json.loads(ready.read_text())
         url, gateway_id = ready_info["url"], ready_info["id"]
         process.send_signal(signal.SIGTERM)
