@@ -23,10 +23,10 @@ from bridge_core.hookspecs import ProviderContext
 from bridge_core.ledger import Deliver, DeliveryLedger, DisabledLedger, LedgerStore, open_store
 from bridge_core.ledger.kv import MemoryKeyValueStore, key_value_store
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.ownership import AgentGroupMember, open_conversation_log
+from bridge_core.ownership import AgentGroupMember, ConversationLog, open_conversation_log
 from bridge_core.provider import UNLIMITED_BUDGET, ChatProvider, HttpRoute, KeyValueStore
 from bridge_core.runtime.agents import Agent, load_agent
-from bridge_core.runtime.channel import ChannelRuntime, LedgerLike
+from bridge_core.runtime.channel import ChannelRuntime, InProcessAgent, LedgerLike
 from bridge_core.runtime.http_api import ApiBackend, Handler, build_app
 from bridge_core.runtime.metrics import GatewayMetrics
 from bridge_core.runtime.options import GatewayError, GatewayOptions
@@ -238,14 +238,16 @@ def conversation_log_target(config: BridgeConfig) -> str:
 
 async def open_channel_log(
     stack: AsyncExitStack, channel: ChannelRuntime, *, log_target: str, options: GatewayOptions
-) -> None:
+) -> ConversationLog:
     """Open ``channel``'s conversation log (its agent group: in-process or connected agents)."""
-    channel.log = await open_conversation_log(
+    log = await open_conversation_log(
         log_target,
         channel=channel.config.channel_id,
         key_prefix=options.key_prefix,
     )
-    stack.push_async_callback(channel.log.aclose)
+    stack.push_async_callback(log.aclose)
+    channel.log = log
+    return log
 
 
 async def join_agent_group(
@@ -259,21 +261,22 @@ async def join_agent_group(
 ) -> None:
     """Give ``channel`` its ``agent``, its conversation log and this gateway's member of the
     channel's agent group, which hands the turns it owns to the agent."""
-    channel.agent = agent
-    if channel.log is None:
-        await open_channel_log(stack, channel, log_target=log_target, options=options)
-    assert channel.log is not None
+    log = channel.log
+    if log is None:
+        log = await open_channel_log(stack, channel, log_target=log_target, options=options)
+    answering: InProcessAgent  # made just below, before the member can hand it a turn
     channel.member = AgentGroupMember(
-        channel.log,
+        log,
         member_id=gateway_id,
-        on_turn=channel.answer,
-        on_busy=channel.busy,
+        on_turn=lambda turn, history: answering.answer(turn, history),
+        on_busy=lambda turn, error: answering.busy(turn, error),
         settle=options.settle,
         heartbeat=options.heartbeat,
         expiry=options.expiry,
         lookback=options.lookback,
         drain_timeout=options.grace,
     )
+    answering = InProcessAgent(channel, agent, channel.member)
 
 
 # ---------------------------------------------------------------------- the HTTP API

@@ -39,7 +39,7 @@ from bridge_core.sending import ChannelSender
 from bridge_core.streams import deltas_of
 from bridge_core.text import valid_text
 
-__all__ = ["ChannelRuntime", "LedgerLike", "NotifierLike", "split_reply"]
+__all__ = ["ChannelRuntime", "InProcessAgent", "LedgerLike", "NotifierLike", "split_reply"]
 
 log = logging.getLogger("bridge_core.runtime.channel")
 
@@ -70,12 +70,11 @@ class ChannelRuntime:
     metrics: GatewayMetrics
     ledger: LedgerLike = field(repr=False)
     replies: StreamedReplies = field(repr=False)
-    # the notifier runs here alone, or where placement puts it; the log and member exist when
-    # an agent group serves the channel
+    # the notifier runs here alone, or where placement puts it; the log exists when an agent
+    # group serves the channel, the member when an agent in this process is one of the group
     notifier: NotifierLike | None = None
     log: ConversationLog | None = None
     member: AgentGroupMember | None = None
-    agent: Agent | None = None
     answered: int = 0
 
     @property
@@ -100,51 +99,6 @@ class ChannelRuntime:
                 handle(event)
 
     # ------------------------------------------------------------------ replies
-
-    async def answer(self, turn: Turn, history: Sequence[Turn | Frame]) -> None:
-        """``AgentGroupMember.on_turn``: run the agent and deliver its reply (AgentBusy escapes
-        to the member, which calls ``busy``)."""
-        assert self.agent is not None
-        called = self.agent(turn, history)
-        result: object = await called if inspect.isawaitable(called) else called
-        text = await deltas_of(result)
-        if not isinstance(text, str):
-            await self._stream(turn, text)
-            return
-        if not text.strip():
-            log.warning(
-                "agent of channel %s returned %r for turn %s; nothing to send",
-                self.name,
-                text,
-                turn.message_id,
-            )
-            text = "(the agent returned an empty reply)"
-        await self._reply(turn, text)
-
-    async def busy(self, turn: Turn, error: AgentBusy) -> None:
-        """``AgentGroupMember.on_busy``: the busy notice is this turn's reply."""
-        assert self.member is not None
-        await self.deliver(await self.record_busy(turn, error.notice, member=self.member))
-
-    async def _stream(self, turn: Turn, deltas: AsyncIterator[str]) -> None:
-        assert self.member is not None
-        obligation = obligation_id(self.profile, turn.channel, turn.message_id, 0)
-        try:
-            result = await self.replies.consume(
-                obligation, deltas, thread=turn.thread or self.thread
-            )
-            text = result.text
-            if not text.strip():
-                log.warning("agent of channel %s streamed an empty reply", self.name)
-                text = "(the agent returned an empty reply)"
-            row = await self.record_reply(turn, text, member=self.member, partials=result.partials)
-            await self.deliver(row)
-        finally:
-            await self.replies.close(obligation)
-
-    async def _reply(self, turn: Turn, text: str) -> None:
-        assert self.member is not None
-        await self.deliver(await self.record_reply(turn, text, member=self.member))
 
     async def record_busy(
         self, turn: Turn, notice: str | None, *, member: AgentGroupMember
@@ -195,3 +149,59 @@ class ChannelRuntime:
         # exactly one sender through, and a row already attempted is the sweeps' work.
         if row.state is State.PENDING and row.attempts == 0:
             await self.ledger.deliver_now(row)
+
+
+class InProcessAgent:
+    """An agent in this process answering the turns ``member`` owns in ``channel``: the
+    member's ``on_turn`` and ``on_busy`` (the reply path in the module docstring)."""
+
+    def __init__(self, channel: ChannelRuntime, agent: Agent, member: AgentGroupMember) -> None:
+        self.channel = channel
+        self.agent = agent
+        self.member = member
+
+    async def answer(self, turn: Turn, history: Sequence[Turn | Frame]) -> None:
+        """``AgentGroupMember.on_turn``: run the agent and deliver its reply (AgentBusy escapes
+        to the member, which calls ``busy``)."""
+        called = self.agent(turn, history)
+        result: object = await called if inspect.isawaitable(called) else called
+        text = await deltas_of(result)
+        if not isinstance(text, str):
+            await self._stream(turn, text)
+            return
+        if not text.strip():
+            log.warning(
+                "agent of channel %s returned %r for turn %s; nothing to send",
+                self.channel.name,
+                text,
+                turn.message_id,
+            )
+            text = "(the agent returned an empty reply)"
+        await self._reply(turn, text)
+
+    async def busy(self, turn: Turn, error: AgentBusy) -> None:
+        """``AgentGroupMember.on_busy``: the busy notice is this turn's reply."""
+        channel = self.channel
+        await channel.deliver(await channel.record_busy(turn, error.notice, member=self.member))
+
+    async def _stream(self, turn: Turn, deltas: AsyncIterator[str]) -> None:
+        channel = self.channel
+        obligation = obligation_id(channel.profile, turn.channel, turn.message_id, 0)
+        try:
+            result = await channel.replies.consume(
+                obligation, deltas, thread=turn.thread or channel.thread
+            )
+            text = result.text
+            if not text.strip():
+                log.warning("agent of channel %s streamed an empty reply", channel.name)
+                text = "(the agent returned an empty reply)"
+            row = await channel.record_reply(
+                turn, text, member=self.member, partials=result.partials
+            )
+            await channel.deliver(row)
+        finally:
+            await channel.replies.close(obligation)
+
+    async def _reply(self, turn: Turn, text: str) -> None:
+        channel = self.channel
+        await channel.deliver(await channel.record_reply(turn, text, member=self.member))
