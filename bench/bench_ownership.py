@@ -68,11 +68,16 @@ def bench_takeover(passed: int = 10_000) -> tuple[float, int]:
         view.apply(record)
     seq = len(records)
     i = 0
-    # turns until `passed` conversations are pending on member a
-    while len(view.pending_conversations("a")) < passed:
+    # turns until `passed` conversations are pending on member a (one conversation a turn;
+    # counted through owner(), since pending_conversations() copies a set on every call)
+    on_a = 0
+    while on_a < passed:
         seq += 1
-        view.apply(Turn("C", f"C/u/user{i}", seq, 1.0, f"m{seq}", f"user{i}", "hi"))
+        conversation = f"C/u/user{i}"
+        on_a += view.owner(conversation, 1.0) == "a"
+        view.apply(Turn("C", conversation, seq, 1.0, f"m{seq}", f"user{i}", "hi"))
         i += 1
+    assert len(view.pending_conversations("a")) == passed
     start = time.perf_counter()
     delivered = view.apply(Leave("C", seq + 1, 2.0, "a", LeaveReason.EXPIRED))
     return time.perf_counter() - start, len(delivered)
