@@ -21,6 +21,9 @@ A page asks for a generated block with a marker on a line of its own::
     <!-- generated: ledger-markers -->
     <!-- generated: ledger-schedule -->
     <!-- generated: streaming-timeline -->
+    <!-- generated: bench-table -->
+    <!-- generated: bench-scale -->
+    <!-- generated: bench-runs -->
 
 ``on_page_markdown`` replaces each marker with markdown rendered from the live objects
 (``bridge_core.provider.ERROR_TABLE``, the pydantic config models, the files in ``docs/adr/``,
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 # mkdocs puts this file's folder on sys.path while it loads the hooks; so do the tests.
-from bridge_docgen import code_tables, config, project, streaming
+from bridge_docgen import benchmarks, code_tables, config, project, streaming
 
 __all__ = [
     "DOCS_DIR",
@@ -75,6 +78,9 @@ DOCS_DIR = Path(__file__).resolve().parent
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "adr-index": project.adr_index,
+    "bench-runs": benchmarks.runs_table,
+    "bench-scale": benchmarks.scale_table,
+    "bench-table": benchmarks.results_table,
     "budget-presets": code_tables.budget_presets,
     "cli-ledger": project.cli_ledger,
     "cli-reference": project.cli_reference,
