@@ -37,13 +37,14 @@ import anyio
 import anyio.lowlevel
 from _figures import Figure, print_table
 from bench_ownership import bench_owner, through_log
+from bridge_slack import SLACK_BUDGET
 
 from bridge_core.events import AgentSpawned, StatusChanged
 from bridge_core.ledger import Delivery, DeliveryLedger, open_store
 from bridge_core.ledger.sqlite import configure_connection
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.ownership import MemoryConversationLog, MemoryLogStore
-from bridge_core.provider import SLACK_BUDGET, Capabilities, ChatProvider, MessageRef
+from bridge_core.provider import Capabilities, ChatProvider, MessageRef
 from bridge_core.sending import ChannelSender
 
 AGENTS_PER_CHANNEL = 100
