@@ -26,6 +26,7 @@ from dataclasses import replace
 import anyio
 import anyio.lowlevel
 from _figures import Figure, print_table
+from _null_provider import NullProvider
 from bridge_slack import SLACK_BUDGET
 
 from bridge_core.events import (
@@ -38,7 +39,6 @@ from bridge_core.events import (
     ToolStarted,
 )
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import Capabilities, ChatProvider, MessageRef
 from bridge_core.sending import ChannelSender
 
 AGENTS = 1_000
@@ -48,25 +48,6 @@ WATCHED = frozenset(WORKSPACES[:9])  # w9 is filtered out by the channel
 # during setup: the measured phase then runs at the platform's pace with every message live.
 BUDGET = replace(SLACK_BUDGET, burst=AGENTS)
 YIELD_EVERY = 1_000  # let the sender and timers run, as a gateway's awaits between events would
-
-
-class NullProvider(ChatProvider):
-    """Accepts every post and edit and keeps nothing, so memory figures are the core's own
-    (the console provider keeps every message it showed, which grows with sends, not events)."""
-
-    name = "null"
-    capabilities = Capabilities(edit=True, max_length=4000, probe=True)
-
-    def __init__(self) -> None:
-        self.sends = 0
-
-    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
-        self.sends += 1
-        return MessageRef(channel, f"m{self.sends}", thread)
-
-    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
-        self.sends += 1
-        return ref
 
 
 def event_pool(size: int, *, churn: bool, seed: int = 1) -> list[FleetEvent]:

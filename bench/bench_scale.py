@@ -36,6 +36,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 from _figures import Figure, print_table
+from _null_provider import NullProvider
 from bench_ownership import bench_owner, through_log
 from bridge_slack import SLACK_BUDGET
 
@@ -44,29 +45,11 @@ from bridge_core.ledger import Delivery, DeliveryLedger, open_store
 from bridge_core.ledger.sqlite import configure_connection
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.ownership import MemoryConversationLog, MemoryLogStore
-from bridge_core.provider import Capabilities, ChatProvider, MessageRef
+from bridge_core.provider import MessageRef
 from bridge_core.sending import ChannelSender
 
 AGENTS_PER_CHANNEL = 100
 YIELD_EVERY = 1_000
-
-
-class NullProvider(ChatProvider):
-    """Accepts every post and edit and keeps nothing (memory figures are the core's own)."""
-
-    name = "null"
-    capabilities = Capabilities(edit=True, max_length=4000, probe=True)
-
-    def __init__(self) -> None:
-        self.sends = 0
-
-    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
-        self.sends += 1
-        return MessageRef(channel, f"m{self.sends}", thread)
-
-    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
-        self.sends += 1
-        return ref
 
 
 # --------------------------------------------------------------------------- channels

@@ -25,33 +25,15 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 from _figures import Figure, print_table
+from _null_provider import NullProvider
 from bridge_slack import SLACK_BUDGET
 
-from bridge_core.provider import Capabilities, ChatProvider, MessageRef
 from bridge_core.runtime.streaming import reply_splitter
 from bridge_core.sending import ChannelSender
 from bridge_core.streams import ReplyStream
 
 POOL = [f"{i:02d} " for i in range(100)]
 YIELD_EVERY = 1_000
-
-
-class NullProvider(ChatProvider):
-    """Accepts every post and edit and keeps nothing."""
-
-    name = "null"
-    capabilities = Capabilities(edit=True, max_length=3900, probe=True)
-
-    def __init__(self) -> None:
-        self.sends = 0
-
-    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
-        self.sends += 1
-        return MessageRef(channel, f"m{self.sends}", thread)
-
-    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
-        self.sends += 1
-        return ref
 
 
 def floor(count: int) -> str:
@@ -64,7 +46,7 @@ def floor(count: int) -> str:
 
 async def streamed(count: int) -> tuple[float, int, int]:
     """Feed ``count`` deltas to one stream; (seconds, sends, parts)."""
-    provider = NullProvider()
+    provider = NullProvider(max_length=3900)
     sender = ChannelSender(provider, channel="c", budget=SLACK_BUDGET)
     async with anyio.create_task_group() as group:
         group.start_soon(sender.run)

@@ -15,17 +15,36 @@ the commit, every figure with its same-run floor, target and load average). From
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
 from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 if not __package__:  # run as a script (python docs/bridge_docgen/benchmarks.py): docs/ on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge_docgen.text import cell
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A module of ``bench/`` (not a package): the page writes figures as the benches print them,
+    from the one ``format_number`` there."""
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bridge_bench_{name.lstrip('_')}", path)
+    assert spec is not None and spec.loader is not None
+    if spec.name in sys.modules:
+        return sys.modules[spec.name]
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+number = _bench_module("_figures").format_number
 
 __all__ = [
     "CHARTS",
@@ -59,24 +78,6 @@ def _latest(runs: Sequence[Run]) -> Run | None:
     """The latest full run, or the latest run when there is no full one."""
     full = [run for run in runs if not run["quick"]]
     return (full or list(runs) or [None])[-1]
-
-
-def number(value: float | None) -> str:
-    """Three significant figures at most, thousands separated (as ``bench/_figures.py``)."""
-    if value is None:
-        return ""
-    if value == 0 or math.isnan(value) or math.isinf(value):
-        return f"{value:g}"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
 
 
 def short(value: float) -> str:
