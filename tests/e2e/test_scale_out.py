@@ -32,6 +32,7 @@ from .conftest import GatewayProcess, transcript_lines, wait_for
 BUDGET = SendBudget(burst=3, per_second=5.0, edit_spacing=0.5)
 CHANNELS = ("ops", "dev", "qa")
 ECHO = re.compile(r"^echo: (turn \d+) \(")
+JITTER = 0.03  # seconds between a grant on Redis's clock and its transcript line
 
 
 def write_config(path: Path, transcript: Path, redis_url: str, postgres_url: str) -> Path:
@@ -207,14 +208,16 @@ def check_notifications(
         assert runs[0] == victim and len(runs) == 2, runs
     entries = as_entries(channel, timeline)
     # Every send is granted on Redis's clock (ADR 0055) and written a round trip later on
-    # the process's, so the budget holds to a few ms of jitter here, not to the microsecond.
-    assert check_budget(entries, BUDGET, tolerance=0.01) == []
+    # the process's, so the budget holds to the scheduling jitter between the two here (up to
+    # 15 ms seen with the machine's two cores loaded), not to the microsecond; a real overdraw
+    # is a whole token (200 ms at this budget's 5/s).
+    assert check_budget(entries, BUDGET, tolerance=JITTER) == []
     assert check_edit_spacing(entries, BUDGET.edit_spacing) == []
     # Replies and notifications of every process together: one budget shared through Redis.
     together = as_entries(channel, every)
     peak = max_in_window([e.t for e in together], 1.0)
     print(f"{channel}: {len(together)} writes from every process, at most {peak} in 1 s")
-    assert check_budget(together, BUDGET, tolerance=0.01) == []
+    assert check_budget(together, BUDGET, tolerance=JITTER) == []
 
 
 def test_three_gateways_one_killed(tmp_path: Path, gateways: list[GatewayProcess]) -> None:

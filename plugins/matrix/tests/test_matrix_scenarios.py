@@ -150,6 +150,14 @@ async def test_a_compressed_hour_with_the_matched_budget_meets_no_429(
     assert sorted(delivered) == sorted(names)
     current = {m["content"]["body"] for m in synapse.messages_by(people.person, room, bot.user_id)}
     for i, name in enumerate(names):
-        mine = [text for text in current if f" {name} " in text or f" {name} [" in text]
-        assert mine, f"no message of {name} in the room"
-        assert any(("done" if i % 4 else "killed") in text for text in mine), mine
+        outcome = "done" if i % 4 else "killed"
+        own = [text for text in current if f" {name} " in text or f" {name} [" in text]
+        if own:
+            assert any(outcome in text for text in own), own
+            continue
+        # Spawns 20 ms apart can share one hold when the loop lags (a loaded machine): the
+        # agent is then a member of a burst summary, which counts done and killed members
+        # without a post of their own (ADR 0014).
+        listed = [t for t in current if re.search(rf"\nagents: (.*, )?{name}(,| and|$)", t)]
+        assert listed, f"no message of {name} in the room, neither its own nor a summary's"
+        assert any(re.search(rf"\b[1-9][0-9]* {outcome}\b", text) for text in listed), listed
