@@ -26,7 +26,9 @@ pytestmark = pytest.mark.anyio
 
 WINDOW = 0.5  # Discord's 5 creates per 5 s per channel, ten times faster
 WRITES = ("create_message", "edit_message")
-JITTER = 0.02
+# Loopback and scheduling jitter between the sender's clock and the platform's: 23 ms seen at a
+# load of 6.5 on two cores. The old code's resends broke the window by 88 ms.
+JITTER = 0.04
 
 
 def config_for(fake: FakeDiscord, channel: int, tmp_path: Path) -> Any:
