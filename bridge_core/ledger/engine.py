@@ -5,17 +5,15 @@ schedule itself (``schedule.py`` does) and knows no provider: errors are read th
 ``bridge_core.provider.reading_for``. Time for waiting comes from anyio (virtual in tests);
 stored timestamps and ages come from ``clock``, by default the store's own clock
 (``LedgerStore.now``: the database's for PostgreSQL), so every gateway judges a row's age alike.
+Sweeping many rows at once (at the start, after a reconnect, on a timer) is ``sweeps.py``'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import heapq
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 
 import anyio
@@ -32,33 +30,13 @@ from bridge_core.ledger.schedule import (
 )
 from bridge_core.ledger.statistics import LedgerStatistics
 from bridge_core.ledger.store import CLAIMABLE_STATES, LedgerStore, Scope
+from bridge_core.ledger.sweeps import SENT, Outcome, SweepOutcome, sweep_at_turns, sweep_in_pages
 from bridge_core.ledger.turn import ClaimOnBegin
 from bridge_core.provider import LedgerAction, MessageRef, ProviderError, reading_for
 
 __all__ = ["DeliveryLedger", "SweepOutcome", "SweepReport"]
 
 log = logging.getLogger("bridge_core.ledger")
-
-
-class SweepOutcome(enum.StrEnum):
-    """How one attempt at a row ended; each names the ``SweepReport`` field it counts in."""
-
-    DELIVERED = "delivered"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-    SKIPPED = "skipped"  # not sent: claimed elsewhere, already settled, or its claim was lost
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    kind: SweepOutcome
-    marked: bool = False
-    row: Obligation | None = None  # the row as it ended, when known
-
-
-_Ready = tuple[Obligation, bool, bool]  # a claimed row, whether it is marked, poster alive
-# the last part went out and the caller settles it (a batched sweep): told apart by identity
-_SENT = _Outcome(SweepOutcome.DELIVERED)
 
 
 class DeliveryLedger:
@@ -151,18 +129,18 @@ class DeliveryLedger:
             return row
         return current if current is not None else row
 
-    async def _attempt(self, row: Obligation) -> _Outcome:
+    async def _attempt(self, row: Obligation) -> Outcome:
         """Claim and send one row."""
         if not self._connected(row.platform) or row.id in self._sending:
-            return _Outcome(SweepOutcome.SKIPPED)
+            return Outcome(SweepOutcome.SKIPPED)
         now = self._clock()
         verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
         if isinstance(verdict, Abandon):
             gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=verdict.reason)
             if gone is not None:
                 log.warning("ledger: abandoned %s: %s", row.id, verdict.reason)
-                return _Outcome(SweepOutcome.ABANDONED, row=gone)
-            return _Outcome(SweepOutcome.SKIPPED)
+                return Outcome(SweepOutcome.ABANDONED, row=gone)
+            return Outcome(SweepOutcome.SKIPPED)
         # the row's owner, as read before the claim, is the process that recorded it: the one
         # that posted a streamed reply's partial messages
         poster_alive = row.owner == self.store.owner
@@ -173,7 +151,7 @@ class DeliveryLedger:
             else:
                 claimed = await self.store.claim(row.id, fence=row.fence, now=now)
                 if claimed is None:
-                    return _Outcome(SweepOutcome.SKIPPED)
+                    return Outcome(SweepOutcome.SKIPPED)
                 held = claimed
             return await self._send(held, marked=verdict.marked, poster_alive=poster_alive)
         finally:
@@ -186,13 +164,13 @@ class DeliveryLedger:
         marked: bool,
         poster_alive: bool = False,
         sent: list[tuple[Obligation, MessageRef, bool]] | None = None,
-    ) -> _Outcome:
+    ) -> Outcome:
         """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
         first part's ``begin()`` makes; the later parts go out under the same claim (with
         ``deliver_begins``, each later part's ``begin()`` proves it still holds).
 
         With ``sent`` (a batched sweep), the last part's settle is left to the caller: the row,
-        its ref and ``marked`` go to ``sent`` and the outcome is ``_SENT``."""
+        its ref and ``marked`` go to ``sent`` and the outcome is ``SENT``."""
         claim = held if isinstance(held, ClaimOnBegin) else None
         row = held.row if isinstance(held, ClaimOnBegin) else held
         first = len(row.delivered)
@@ -226,7 +204,7 @@ class DeliveryLedger:
             try:
                 ref = await self._deliver(delivery)
             except ClaimLost:
-                return _Outcome(SweepOutcome.SKIPPED)
+                return Outcome(SweepOutcome.SKIPPED)
             except Exception as error:
                 if claim is not None and claim.claimed is None:
                     return await self._refused_before_turn(row, error)
@@ -235,7 +213,7 @@ class DeliveryLedger:
                 return await self._failed(row if claim is None else claim.held, error, marked)
             if claim is not None:
                 if claim.claimed is None and not await self._claim_late(claim):
-                    return _Outcome(SweepOutcome.SKIPPED, marked)
+                    return Outcome(SweepOutcome.SKIPPED, marked)
                 row = claim.held
                 claim = None
             now = self._clock()
@@ -243,15 +221,15 @@ class DeliveryLedger:
                 current = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
             elif sent is not None:
                 sent.append((row, ref, marked))
-                return _SENT
+                return SENT
             else:
                 current = await self.store.settle(
                     row.id, fence=row.fence, state=State.DELIVERED, now=now, ref=ref
                 )
             if current is None:
                 log.warning("ledger: %s was taken over during its send; stopping", row.id)
-                return _Outcome(SweepOutcome.SKIPPED, marked)
-        return _Outcome(SweepOutcome.DELIVERED, marked, current)
+                return Outcome(SweepOutcome.SKIPPED, marked)
+        return Outcome(SweepOutcome.DELIVERED, marked, current)
 
     async def _confirm_held(self, row: Obligation) -> None:
         """``begin()`` of a later part: prove the claim still holds right before that part goes
@@ -261,7 +239,7 @@ class DeliveryLedger:
         if held is None:
             raise ClaimLost(f"reply {row.id!r} was taken over while its next part waited")
 
-    async def _refused_before_turn(self, row: Obligation, error: BaseException) -> _Outcome:
+    async def _refused_before_turn(self, row: Obligation, error: BaseException) -> Outcome:
         """``deliver`` failed before its ``begin()``: nothing reached the platform, so the row
         stays as it was (clean) and is tried again after the first resend delay (an unhealthy
         channel, a stopping sender), or abandoned when the error says it never can be sent."""
@@ -270,14 +248,14 @@ class DeliveryLedger:
             reason = f"{type(error).__name__}: {error}"[:500]
             gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=reason)
             if gone is None:
-                return _Outcome(SweepOutcome.SKIPPED)
+                return Outcome(SweepOutcome.SKIPPED)
             log.warning("ledger: abandoned %s before its send: %s", row.id, reason)
-            return _Outcome(SweepOutcome.ABANDONED, row=gone)
+            return Outcome(SweepOutcome.ABANDONED, row=gone)
         # debug: the sender logs the channel's state once; a row a minute each would drown it
         log.debug("ledger: %s was refused before its send (%r); will try again", row.id, error)
         if self.schedule.resend_delays:
             self._add_timer(self.schedule.resend_delays[0], row.id, row.fence)
-        return _Outcome(SweepOutcome.FAILED, row=row)
+        return Outcome(SweepOutcome.FAILED, row=row)
 
     async def _claim_late(self, claim: ClaimOnBegin) -> bool:
         """``deliver`` sent without awaiting ``begin()`` (a bug of the delivery function): claim
@@ -299,7 +277,7 @@ class DeliveryLedger:
         if self._wake is not None:
             self._wake.set()
 
-    async def _failed(self, row: Obligation, error: BaseException, marked: bool) -> _Outcome:
+    async def _failed(self, row: Obligation, error: BaseException, marked: bool) -> Outcome:
         now = self._clock()
         change = after_failure(row, error, now=now, schedule=self.schedule)
         settled = await self.store.settle(
@@ -312,15 +290,15 @@ class DeliveryLedger:
             last_error=change.last_error,
         )
         if settled is None:
-            return _Outcome(SweepOutcome.SKIPPED, marked)
+            return Outcome(SweepOutcome.SKIPPED, marked)
         if change.state is State.ABANDONED:
             log.warning("ledger: abandoned %s: %s", row.id, change.last_error)
-            return _Outcome(SweepOutcome.ABANDONED, marked, settled)
+            return Outcome(SweepOutcome.ABANDONED, marked, settled)
         if change.in_process and change.next_attempt_at is not None:
             self._add_timer(max(0.0, change.next_attempt_at - now), row.id, row.fence)
         elif change.next_attempt_at is None:
             self._parked.setdefault((row.profile, row.channel), {})[row.id] = settled.fence
-        return _Outcome(SweepOutcome.FAILED, marked, settled)
+        return Outcome(SweepOutcome.FAILED, marked, settled)
 
     def channel_proven(self, profile: str, channel: str) -> None:
         """Profile ``profile``'s ``channel`` just took a send (or passed a probe) here: each reply
@@ -344,162 +322,10 @@ class DeliveryLedger:
 
     async def _sweep(self, scope: Scope) -> SweepReport:
         """Claim and send every row in ``scope``. With ``deliver_begins`` each row is claimed at
-        its own turn (``_sweep_at_turns``); otherwise page by page (``_sweep_in_pages``)."""
+        its own turn (``sweep_at_turns``); otherwise page by page (``sweep_in_pages``)."""
         if self._deliver_begins:
-            return await self._sweep_at_turns(scope)
-        return await self._sweep_in_pages(scope)
-
-    async def _sweep_in_pages(self, scope: Scope) -> SweepReport:
-        """Each page's rows are claimed in one statement, then sent in order by up to
-        ``schedule.concurrency`` workers; the delivered ones are settled together, in the
-        commit that claims the next page and reads the one after (ADR 0110).
-
-        A crash after a page's claim leaves its rows ``attempting``: every one is resent at the
-        next start, labelled as a possible duplicate, as a row claimed just before its send is.
-        """
-        counts = dict.fromkeys(SweepReport.__slots__, 0)
-        sent: list[tuple[Obligation, MessageRef, bool]] = []  # last part sent, not yet settled
-
-        async def settle_sent() -> None:
-            done = sent[:]
-            sent.clear()
-            try:
-                rows = await self.store.mark_delivered(
-                    [(row.id, row.fence, ref) for row, ref, _ in done], now=self._clock()
-                )
-            finally:
-                for row, _, _ in done:
-                    self._sending.discard(row.id)
-            for (row, _, marked), settled in zip(done, rows, strict=True):
-                if not settled:
-                    log.warning("ledger: %s was taken over during its send; stopping", row.id)
-                counts["delivered" if settled else "skipped"] += 1
-                counts["claimed"] += 1
-                counts["marked"] += marked
-
-        async def abandon(row: Obligation, reason: str) -> None:
-            gone = await self.store.abandon(row.id, fence=row.fence, now=now, reason=reason)
-            if gone is not None:
-                log.warning("ledger: abandoned %s: %s", row.id, reason)
-            counts["abandoned" if gone is not None else "skipped"] += 1
-            counts["claimed"] += gone is not None
-
-        async def read(after: tuple[float, str]) -> None:
-            page[:] = await self.store.candidates(
-                dataclasses.replace(scope, after=after), now=self._clock()
-            )
-
-        try:
-            page = await self.store.candidates(scope, now=self._clock())
-            while page:
-                now = self._clock()
-                claims: list[tuple[Obligation, bool, bool]] = []  # row, marked, poster alive
-                abandons: list[tuple[Obligation, str]] = []
-                for row in page:
-                    if not self._connected(row.platform) or row.id in self._sending:
-                        counts["skipped"] += 1
-                        continue
-                    verdict = verdict_at_claim(row, now=now, schedule=self.schedule)
-                    if isinstance(verdict, Abandon):
-                        abandons.append((row, verdict.reason))
-                        continue
-                    claims.append((row, verdict.marked, row.owner == self.store.owner))
-                    self._sending.add(row.id)
-                after = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
-                page = []
-                try:
-                    # one commit: the last page's settles, this page's claims, the next page's read
-                    async with anyio.create_task_group() as group:
-                        if sent:
-                            group.start_soon(settle_sent)
-                        for row, reason in abandons:
-                            group.start_soon(abandon, row, reason)
-                        if after is not None:
-                            group.start_soon(read, after)
-                        held = await self.store.claim_many(
-                            [(row.id, row.fence) for row, _, _ in claims], now=now
-                        )
-                except BaseException:
-                    for row, _, _ in claims:
-                        self._sending.discard(row.id)
-                    raise
-                ready = []
-                for (row, marked, poster_alive), claimed in zip(claims, held, strict=True):
-                    if claimed is None:
-                        self._sending.discard(row.id)
-                        counts["skipped"] += 1
-                    else:
-                        ready.append((claimed, marked, poster_alive))
-
-                async def work(
-                    todo: Iterator[_Ready], group: anyio.abc.TaskGroup, left: int
-                ) -> None:
-                    for claimed, marked, poster_alive in todo:
-                        if left:  # the next worker starts when this one first waits (if it does)
-                            group.start_soon(work, todo, group, left - 1)
-                            left = 0
-                        try:
-                            outcome = await self._send(
-                                claimed, marked=marked, poster_alive=poster_alive, sent=sent
-                            )
-                        except BaseException:
-                            self._sending.discard(claimed.id)
-                            raise
-                        if outcome is _SENT:
-                            continue  # settled with the next commit
-                        self._sending.discard(claimed.id)
-                        counts[outcome.kind] += 1
-                        counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
-                        counts["marked"] += outcome.marked
-
-                todo = iter(ready)  # the workers share it: each row starts in order
-                if ready:
-                    async with anyio.create_task_group() as group:
-                        group.start_soon(work, todo, group, self.schedule.concurrency - 1)
-            if sent:
-                await settle_sent()
-        finally:
-            for row, _, _ in sent:  # cancelled or failed before their settle: not sending now
-                self._sending.discard(row.id)
-        return SweepReport(**counts)
-
-    async def _sweep_at_turns(self, scope: Scope) -> SweepReport:
-        """``schedule.concurrency`` workers take rows from a stream one page deep, which a
-        reader fills page by page.
-
-        Each row is claimed at its own turn (``Delivery.begin``), never a page ahead, so a crash
-        marks only the rows whose sends had begun (ADR 0025). The workers resume together when
-        a group commit wakes them, so their next claims share the next commit.
-        """
-        counts = dict.fromkeys(SweepReport.__slots__, 0)
-        send_rows, receive_rows = anyio.create_memory_object_stream[Obligation](scope.limit)
-
-        async def read_pages() -> None:
-            async with send_rows:
-                cursor = scope.after
-                while True:
-                    page = await self.store.candidates(
-                        dataclasses.replace(scope, after=cursor), now=self._clock()
-                    )
-                    for row in page:
-                        await send_rows.send(row)
-                    if len(page) < scope.limit:
-                        return
-                    cursor = (page[-1].created_at, page[-1].id)
-
-        async def work(rows: anyio.abc.ObjectReceiveStream[Obligation]) -> None:
-            async with rows:
-                async for row in rows:
-                    outcome = await self._attempt(row)
-                    counts[outcome.kind] += 1
-                    counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
-                    counts["marked"] += outcome.marked
-
-        async with anyio.create_task_group() as group, receive_rows:
-            group.start_soon(read_pages)
-            for _ in range(self.schedule.concurrency):
-                group.start_soon(work, receive_rows.clone())
-        return SweepReport(**counts)
+            return await sweep_at_turns(self, scope)
+        return await sweep_in_pages(self, scope)
 
     async def boot_sweep(self) -> SweepReport:
         """Before serving: resend the rows dead owners left (pending, attempting, failed), those
