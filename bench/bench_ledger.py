@@ -2,11 +2,12 @@
 
 Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it answers):
 
-- replies recorded and marked delivered per second through ``DeliveryLedger.submit`` (record,
-  claim, settle: three statements a reply) with many replies in flight, a no-op platform; and
+- replies recorded and marked delivered per second through ``DeliveryLedger.submit`` (a row
+  recorded already claimed, then settled: two statements a reply, ADR 0121) with many replies
+  in flight, a no-op platform; and
   the same with the claim made in ``delivery.begin()`` (``deliver_begins=True``, as the gateway
-  runs it);
-- the floor: a bare loop of the same three statements with the same durability and the same
+  runs it on a channel with replies queued: record, claim, settle);
+- the floor: a bare loop of the same statements with the same durability and the same
   batching (SQLite: one thread, a commit every as many statements as the ledger's writer put in
   one group commit on average, once as single-row statements and once as the ledger's own
   multi-row statements; PostgreSQL: as many autocommit connections as the store uses);
@@ -105,10 +106,14 @@ def sqlite_floor(path: Path, *, replies: int, per_commit: int) -> float:
     return replies / elapsed
 
 
-def sqlite_floor_merged(path: Path, *, replies: int, per_commit: int) -> float:
-    """The ledger's own multi-row statements (``sqlmerged``), one thread, no event loop: each
-    commit records, claims and settles ``per_commit // 3`` replies (every reply's three
-    statement rows in one commit, so this floor pays fewer commits than the ledger can)."""
+def sqlite_floor_merged(
+    path: Path, *, replies: int, per_commit: int, claimed_at_record: bool = True
+) -> float:
+    """The ledger's own multi-row statements (``sqlmerged``), one thread, no event loop, as
+    ``submit`` makes them: a row recorded already claimed, then settled (ADR 0121); without
+    ``claimed_at_record``, recorded, claimed and settled (before ADR 0121). Each commit does
+    every statement of ``per_commit // (statements a reply)`` replies, so this floor pays no
+    more commits than the ledger does."""
     conn = sqlite3.connect(path, isolation_level=None)
     configure_connection(conn)
     conn.executescript(SCHEMA)
@@ -118,17 +123,19 @@ def sqlite_floor_merged(path: Path, *, replies: int, per_commit: int) -> float:
         MergedClaims("me", lambda: None),
         MergedHeldUpdates("me"),
     )
-    group = max(1, per_commit // 3)
+    group = max(1, per_commit // (2 if claimed_at_record else 3))
     now = time.time()
     # The rows and the statements' items are built before the clock starts: the floor is the
     # statements' cost, not the cost of making replies.
     work = []
     for first in range(0, replies, group):
         fresh = [
-            new_row(_reply(index, "floor"), owner="me", now=now)
+            new_row(_reply(index, "floor"), owner="me", now=now, claimed=claimed_at_record)
             for index in range(first, min(replies, first + group))
         ]
-        claim_items = [(row.id, 0, now, row.created_at) for row in fresh]
+        claim_items = (
+            [] if claimed_at_record else [(row.id, 0, now, row.created_at) for row in fresh]
+        )
         held_items = [
             (row.id, 1, now, "delivered", None, 0, None, "C1", "1", None, 1, row.created_at)
             for row in fresh
@@ -138,7 +145,8 @@ def sqlite_floor_merged(path: Path, *, replies: int, per_commit: int) -> float:
     for fresh, claim_items, held_items in work:
         conn.execute("BEGIN IMMEDIATE")
         records.run_many(conn, fresh)
-        claims.run_many(conn, claim_items)
+        if claim_items:
+            claims.run_many(conn, claim_items)
         held.run_many(conn, held_items)
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
@@ -176,10 +184,15 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
     store.writer.batches = store.writer.calls = 0
     rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
     per_commit = max(1, round(store.writer.calls / max(1, store.writer.batches)))
+    store.writer.batches = store.writer.calls = 0
     at_turn = await submit_rate(store, replies=replies, in_flight=in_flight, tag="t", begins=True)
+    per_commit_turn = max(1, round(store.writer.calls / max(1, store.writer.batches)))
     await store.aclose()
-    floor = sqlite_floor(folder / "floor.db", replies=replies, per_commit=per_commit)
+    floor = sqlite_floor(folder / "floor.db", replies=replies, per_commit=per_commit_turn)
     merged = sqlite_floor_merged(folder / "merged.db", replies=replies, per_commit=per_commit)
+    merged3 = sqlite_floor_merged(
+        folder / "merged3.db", replies=replies, per_commit=per_commit, claimed_at_record=False
+    )
     floor_one = sqlite_floor(folder / "floor1.db", replies=min(replies, 2000), per_commit=3)
     print(
         f"SQLite  submit (record+claim+delivered): {rate:10,.0f} replies/s "
@@ -193,6 +206,10 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
     print(
         f"SQLite  floor, the ledger's multi-row statements:   {merged:10,.0f} replies/s  "
         f"ratio {rate / merged:.2f}"
+    )
+    print(
+        f"SQLite  the same, recorded, claimed, settled (three): {merged3:8,.0f} replies/s  "
+        f"ratio {rate / merged3:.2f}"
     )
     print(
         f"SQLite  bare loop, one commit per reply:     {floor_one:10,.0f} replies/s  "

@@ -33,8 +33,9 @@ class DisabledLedger:
         self._deliver = deliver
         self._clock = clock
 
-    async def record(self, reply: Reply) -> tuple[Obligation, bool]:
-        # nothing is kept, so every call creates its row (a repeated id is sent again)
+    async def record(self, reply: Reply, *, claim: bool = False) -> tuple[Obligation, bool]:
+        # nothing is kept, so every call creates its row (a repeated id is sent again); there
+        # is no claim to make, so ``claim`` changes nothing
         return new_row(reply, owner=None, now=self._clock()), True
 
     async def submit(self, reply: Reply) -> Obligation:

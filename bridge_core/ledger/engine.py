@@ -83,6 +83,9 @@ class DeliveryLedger:
         # start or when the channel proves healthy here, whichever comes first (ADR 0029).
         self._parked: dict[tuple[str, str], dict[str, int]] = {}
         self._dead_seen: set[str] = set()  # dead owners whose rows a sweep already looked at
+        # Rows ``record(claim=True)`` recorded already claimed, id -> fence: ``deliver_now`` sends
+        # them under that claim (their first part's ``begin()`` has nothing left to claim).
+        self._begun: dict[str, int] = {}
 
     # ------------------------------------------------------------------ recording and sending
 
@@ -93,19 +96,30 @@ class DeliveryLedger:
                 f"ledger serves {sorted(self.profiles)}: record it in that profile's gateway"
             )
 
-    async def record(self, reply: Reply) -> tuple[Obligation, bool]:
+    async def record(self, reply: Reply, *, claim: bool = False) -> tuple[Obligation, bool]:
         """Record ``reply`` durably (as ``pending``); an already recorded id returns its row.
-        The boolean says whether this call created the row: only its creator sends it."""
+        The boolean says whether this call created the row: only its creator sends it.
+
+        ``claim``: the caller hands the new row to ``deliver_now`` at once and its send would
+        not wait (the gateway asks this of an idle channel), so the row is recorded already
+        claimed, in the same commit (ADR 0121); a row of a disconnected platform is recorded
+        ``pending`` as without it."""
         self._check_profile(reply)
-        return await self.store.record(reply, now=self._clock())
+        claim = claim and self._connected(reply.platform)
+        row, created = await self.store.record(reply, now=self._clock(), claimed=claim)
+        if created and claim:
+            self._begun[row.id] = row.fence
+        return row, created
 
     async def submit(self, reply: Reply) -> Obligation:
         """Record ``reply``, then send it at once; returns the row as it ended.
 
         Recording again an id that exists sends nothing: the row is whoever recorded it first's.
+        A ledger that claims before ``deliver`` records the row already claimed, in the same
+        commit (the claim would follow at once; ADR 0121); one that claims at the turn records
+        it ``pending`` and claims it in ``delivery.begin()``.
         """
-        self._check_profile(reply)
-        row, created = await self.store.record(reply, now=self._clock())
+        row, created = await self.record(reply, claim=not self._deliver_begins)
         if not created:
             return row
         return await self.deliver_now(row)
@@ -120,7 +134,10 @@ class DeliveryLedger:
         an exception would stop the gateway.
         """
         try:
-            outcome = await self._attempt(row)
+            if self._begun.pop(row.id, None) == row.fence:
+                outcome = await self._send_begun(row)
+            else:
+                outcome = await self._attempt(row)
             if outcome.row is not None:
                 return outcome.row
             current = await self.store.get(row.id)
@@ -157,6 +174,17 @@ class DeliveryLedger:
         finally:
             self._sending.discard(row.id)
 
+    async def _send_begun(self, row: Obligation) -> Outcome:
+        """Send a row ``record(claim=True)`` recorded already claimed: clean (it was never sent
+        before), posted by this process, its first part's ``begin()`` a no-op (the claim is
+        the record's). It goes even if its platform disconnected since: a held row left
+        unsent would wait for the next start; a failed send is resent on schedule."""
+        self._sending.add(row.id)
+        try:
+            return await self._send(row, marked=False, poster_alive=True, begun=True)
+        finally:
+            self._sending.discard(row.id)
+
     async def _send(
         self,
         held: Obligation | ClaimOnBegin,
@@ -164,13 +192,15 @@ class DeliveryLedger:
         marked: bool,
         poster_alive: bool = False,
         sent: list[tuple[Obligation, MessageRef, bool]] | None = None,
+        begun: bool = False,
     ) -> Outcome:
         """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
         first part's ``begin()`` makes; the later parts go out under the same claim (with
         ``deliver_begins``, each later part's ``begin()`` proves it still holds).
 
         With ``sent`` (a batched sweep), the last part's settle is left to the caller: the row,
-        its ref and ``marked`` go to ``sent`` and the outcome is ``SENT``."""
+        its ref and ``marked`` go to ``sent`` and the outcome is ``SENT``. ``begun``: the row
+        was claimed by its record, and its first part's ``begin()`` proves nothing more."""
         claim = held if isinstance(held, ClaimOnBegin) else None
         row = held.row if isinstance(held, ClaimOnBegin) else held
         first = len(row.delivered)
@@ -181,7 +211,7 @@ class DeliveryLedger:
             on_begin: Callable[[], Awaitable[None]] | None = None
             if claim is not None:
                 on_begin = claim.begin
-            elif self._deliver_begins:
+            elif self._deliver_begins and not (begun and part == first):
                 on_begin = partial(self._confirm_held, row)
             delivery = Delivery(
                 obligation_id=row.id,

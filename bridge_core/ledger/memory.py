@@ -91,11 +91,13 @@ class MemoryLedgerStore:
             if row.owner is not None and not row.state.final and row.owner not in live
         }
 
-    async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
+    async def record(
+        self, reply: Reply, *, now: float, claimed: bool = False
+    ) -> tuple[Obligation, bool]:
         existing = self.backend.rows.get(reply.obligation_id)
         if existing is not None:
             return existing, False
-        row = new_row(reply, owner=self._owner, now=now)
+        row = new_row(reply, owner=self._owner, now=now, claimed=claimed)
         self.backend.rows[row.id] = row
         return row, True
 

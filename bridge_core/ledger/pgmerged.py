@@ -144,10 +144,11 @@ def _values(rows: int, width: int, casts: Sequence[str]) -> str:
 async def record_many(
     conn: Connection, items: list[Obligation], *, table: str, owner: str
 ) -> list[tuple[Obligation, bool]]:
-    """``INSERT … ON CONFLICT (id) DO NOTHING RETURNING id`` for many new rows; the rows of ids
-    that existed are read back as they are."""
+    """``INSERT … ON CONFLICT (id) DO NOTHING RETURNING id`` for many new rows (each as built:
+    ``pending``, or already claimed by this owner, ADR 0121); the rows of ids that existed are
+    read back as they are."""
     results: list[tuple[Obligation, bool] | None] = [None] * len(items)
-    casts = ("text",) * 8 + ("text", "float8", "float8")
+    casts = ("text",) * 8 + ("text", "float8", "float8", "text", "int8", "int4")
     for chunk in rounds(items, lambda fresh: fresh.id):
         while chunk:  # again for ids recorded and purged by others between the two statements
             params: list[Any] = []
@@ -157,8 +158,8 @@ async def record_many(
                 row[0]
                 async for row in _rows(
                     conn,
-                    f"INSERT INTO {table} ({INSERT_COLUMNS}, state) "
-                    f"SELECT *, 'pending' FROM (VALUES {_values(len(chunk), 11, casts)}) AS c "
+                    f"INSERT INTO {table} ({INSERT_COLUMNS}) "
+                    f"SELECT * FROM (VALUES {_values(len(chunk), 14, casts)}) AS c "
                     "ON CONFLICT (id) DO NOTHING RETURNING id",
                     params,
                 )

@@ -285,9 +285,11 @@ class PostgresLedgerStore:
             cursor = await conn.execute(sql, params)
             return await cursor.fetchone()
 
-    async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
+    async def record(
+        self, reply: Reply, *, now: float, claimed: bool = False
+    ) -> tuple[Obligation, bool]:
         # The new row is built here rather than read back.
-        return await self._records.call(new_row(reply, owner=self._owner, now=now))
+        return await self._records.call(new_row(reply, owner=self._owner, now=now, claimed=claimed))
 
     async def get(self, obligation_id: str) -> Obligation | None:
         found = await self._one(f"{self._select} WHERE id = %s", (obligation_id,))

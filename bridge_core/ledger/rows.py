@@ -216,7 +216,8 @@ def filters_sql(
 
 
 INSERT_COLUMNS = (
-    "id, profile, platform, channel, thread, reply_to, text, chunks, owner, created_at, updated_at"
+    "id, profile, platform, channel, thread, reply_to, text, chunks, owner, created_at, "
+    "updated_at, state, fence, attempts"
 )
 """The columns a new row's ``INSERT`` names, in the order of ``insert_params``."""
 
@@ -235,11 +236,15 @@ def insert_params(row: Obligation, *, owner: str | None) -> tuple[Any, ...]:
         owner,
         row.created_at,
         row.updated_at,
+        row.state.value,
+        row.fence,
+        row.attempts,
     )
 
 
-def new_row(reply: Reply, *, owner: str | None, now: float) -> Obligation:
-    """The row ``record`` creates for ``reply``."""
+def new_row(reply: Reply, *, owner: str | None, now: float, claimed: bool = False) -> Obligation:
+    """The row ``record`` creates for ``reply``: ``pending``, or with ``claimed`` as its first
+    claim by ``owner`` leaves it (``attempting``, fence 1, one attempt; ADR 0121)."""
     return Obligation(
         id=reply.obligation_id,
         profile=reply.profile,
@@ -250,10 +255,10 @@ def new_row(reply: Reply, *, owner: str | None, now: float) -> Obligation:
         text=reply.text,
         chunks=reply.chunks,
         partials=reply.partials,
-        state=State.PENDING,
-        attempts=0,
+        state=State.ATTEMPTING if claimed else State.PENDING,
+        attempts=int(claimed),
         resends=0,
-        fence=0,
+        fence=int(claimed),
         owner=owner,
         created_at=now,
         updated_at=now,

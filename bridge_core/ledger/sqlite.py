@@ -231,11 +231,13 @@ class SQLiteLedgerStore:
         # read through the open rows' index; liveness from /proc (remembered for the dead)
         return {owner for owner in await self.writer.call(run) if not self._alive(owner)}
 
-    async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
+    async def record(
+        self, reply: Reply, *, now: float, claimed: bool = False
+    ) -> tuple[Obligation, bool]:
         # The new row is built here rather than read back: the writer thread does less.
-        fresh = new_row(reply, owner=self._owner, now=now)
+        fresh = new_row(reply, owner=self._owner, now=now, claimed=claimed)
         row, created = await self.writer.call_merged(self._records, fresh)
-        if row.state in _CLAIMABLE_UNHELD:  # a new row is pending
+        if created or row.state in _CLAIMABLE_UNHELD:  # new: pending, or held by this store
             self._remember(row)
         return row, created
 

@@ -71,7 +71,8 @@ def _values(rows: int, width: int) -> str:
 
 class MergedRecords:
     """``record`` for many replies: one ``INSERT … ON CONFLICT (id) DO NOTHING RETURNING id``;
-    ids that existed are read back as they are."""
+    ids that existed are read back as they are. Each new row goes in as built (``new_row``):
+    ``pending``, or already claimed by this owner (ADR 0121), in the same statement."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
@@ -87,8 +88,8 @@ class MergedRecords:
             created = {
                 found[0]
                 for found in conn.execute(
-                    f"INSERT INTO ledger ({INSERT_COLUMNS}, state) "
-                    f"SELECT *, 'pending' FROM (VALUES {_values(len(chunk), 11)}) "
+                    f"INSERT INTO ledger ({INSERT_COLUMNS}) "
+                    f"SELECT * FROM (VALUES {_values(len(chunk), 14)}) "
                     "WHERE true ON CONFLICT (id) DO NOTHING RETURNING id",
                     params,
                 )

@@ -84,9 +84,15 @@ class LedgerStore(Protocol):
         ledger sweeps when a new one appears, so a dead gateway's replies move at once."""
         ...
 
-    async def record(self, reply: Reply, *, now: float) -> tuple[Obligation, bool]:
+    async def record(
+        self, reply: Reply, *, now: float, claimed: bool = False
+    ) -> tuple[Obligation, bool]:
         """Durably record ``reply`` as ``pending``; an existing id is left alone and returned.
-        The boolean says whether this call created the row."""
+        The boolean says whether this call created the row.
+
+        ``claimed``: a new row is recorded as its first claim by this owner would leave it
+        (``attempting``, fence 1, one attempt), in the same commit, for a caller about to send
+        it (ADR 0121). An existing id is still returned as it is, claimed by nobody here."""
         ...
 
     async def get(self, obligation_id: str) -> Obligation | None: ...

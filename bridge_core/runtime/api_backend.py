@@ -18,7 +18,7 @@ from typing import Any
 
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent
-from bridge_core.ledger import LedgerStatistics, Reply
+from bridge_core.ledger import LedgerStatistics, Obligation, Reply
 from bridge_core.provider import ChatProvider
 from bridge_core.runtime.assembly import Assembly
 from bridge_core.runtime.channel import ChannelRuntime, split_reply
@@ -56,6 +56,9 @@ class GatewayApi:
         self._connected = connected
         self._metrics = metrics
         self._lifecycle = lifecycle
+        # Channels with a reply recorded already claimed and not yet sent: one at a time each,
+        # so a claimed reply never queues behind another (ADR 0121).
+        self._begun: set[str] = set()
 
     @property
     def accepting(self) -> bool:
@@ -96,11 +99,30 @@ class GatewayApi:
             chunks=split_reply(request.text, channel.provider),
         )
         ledger = self._parts.ledger
-        row, created = await ledger.record(reply)
+        # A channel whose sender would post this at once: the row is recorded already claimed,
+        # one commit before the send instead of two (the claim is then this send's, as it
+        # would have been at its turn: ADR 0121).
+        claim = channel.name not in self._begun and channel.sender.sends_at_once()
+        if claim:
+            self._begun.add(channel.name)
+        try:
+            row, created = await ledger.record(reply, claim=claim)
+        except BaseException:
+            self._begun.discard(channel.name)
+            raise
         self._metrics.messages_accepted.labels(channel.name).inc()
         if created:
-            tasks.start_soon(ledger.deliver_now, row)
+            tasks.start_soon(self._deliver, row, channel.name if claim else None)
+        elif claim:
+            self._begun.discard(channel.name)
         return MessageReceipt(obligation=row.id, duplicate=not created)
+
+    async def _deliver(self, row: Obligation, begun: str | None) -> None:
+        try:
+            await self._parts.ledger.deliver_now(row)
+        finally:
+            if begun is not None:
+                self._begun.discard(begun)
 
     async def health(self) -> Health:
         channels: dict[str, dict[str, Any]] = {}

@@ -177,6 +177,20 @@ class ChannelSender:
         """Nothing queued and nothing in flight."""
         return self._inflight is None and not self._queue
 
+    def sends_at_once(self) -> bool:
+        """Whether a post queued now would be sent at once: the sender runs, is idle, healthy and
+        not paused, and its in-process gate has a send free now. A shared gate cannot be asked
+        without a round trip to its store, so with one this is False (ADR 0121)."""
+        gate = self._gate
+        return (
+            self._running
+            and self.idle
+            and self.healthy
+            and self.paused_until is None
+            and isinstance(gate, BudgetGate)
+            and gate.delay(anyio.current_time()) == 0.0
+        )
+
     def statistics(self) -> SenderStatistics:
         """What it has done and where it stands now (call it in the event loop: the recent
         attempts are counted on anyio's clock)."""

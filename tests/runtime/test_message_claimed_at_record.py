@@ -1,0 +1,144 @@
+"""``POST /v1/messages`` on a channel whose sender would post at once: the row is recorded
+already claimed, one commit before the send instead of two (ADR 0121). Replies that queue
+behind a send are still recorded ``pending`` and claimed at their turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from bridge_core.config import BridgeConfig, parse_config
+from bridge_core.hookspecs import ProviderType
+from bridge_core.ledger import is_marked
+from bridge_core.ledger.sqlite import SQLiteLedgerStore
+from bridge_core.plugins import ProviderRegistry, RegisteredProvider
+from bridge_core.provider import UNLIMITED_BUDGET, Capabilities, ChatProvider, MessageRef
+from bridge_core.runtime import Gateway, GatewayOptions, MessageRequest
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
+
+
+@pytest.fixture
+def claims(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids the SQLite store is asked to claim (the record's own claim is not one)."""
+    asked: list[str] = []
+    claim = SQLiteLedgerStore.claim
+
+    async def counted(self: SQLiteLedgerStore, obligation_id: str, **kwargs: Any) -> Any:
+        asked.append(obligation_id)
+        return await claim(self, obligation_id, **kwargs)
+
+    monkeypatch.setattr(SQLiteLedgerStore, "claim", counted)
+    return asked
+
+
+class NoSettings(BaseModel):
+    pass
+
+
+class HeldProvider(ChatProvider):
+    """Posts wait for ``release`` while ``hold`` is set; every post is kept in ``posted``."""
+
+    name = "held"
+    capabilities = Capabilities(edit=False, max_length=1000)
+    hold: ClassVar[bool]
+    started: ClassVar[anyio.Event]
+    release: ClassVar[anyio.Event]
+    posted: ClassVar[list[str]]
+
+    async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        HeldProvider.started.set()
+        if HeldProvider.hold:
+            await HeldProvider.release.wait()
+        HeldProvider.posted.append(text)
+        return MessageRef(channel, str(len(HeldProvider.posted)))
+
+
+def config(tmp_path: Path) -> BridgeConfig:
+    kind = ProviderType(
+        name=HeldProvider.name,
+        capabilities=HeldProvider.capabilities,
+        budget=UNLIMITED_BUDGET,
+        settings_model=NoSettings,
+        factory=lambda settings, context: HeldProvider(),
+    )
+    return parse_config(
+        {
+            "profiles": {"p": {"provider": HeldProvider.name}},
+            "channels": {"ops": {"profile": "p", "channel_id": "C1"}},
+            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
+        },
+        providers=ProviderRegistry([RegisteredProvider(kind, "test", "0")]),
+    )
+
+
+def reset(*, hold: bool) -> None:
+    HeldProvider.hold = hold
+    HeldProvider.started, HeldProvider.release, HeldProvider.posted = (
+        anyio.Event(),
+        anyio.Event(),
+        [],
+    )
+
+
+async def delivered(gateway: Gateway, count: int) -> None:
+    with anyio.fail_after(10):
+        while (await gateway.ledger_counts())["delivered"] != count:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+async def test_a_message_to_an_idle_channel_is_claimed_by_its_record(
+    tmp_path: Path, claims: list[str]
+) -> None:
+    reset(hold=False)
+    gateway = Gateway(config(tmp_path), options=GatewayOptions(http=False))
+    async with gateway:
+        for number in range(3):  # one at a time: the channel is idle each time
+            receipt = await gateway.accept_message(
+                MessageRequest(channel="ops", text=f"note {number}", idempotency_key=f"k{number}")
+            )
+            await delivered(gateway, number + 1)
+        again = await gateway.accept_message(
+            MessageRequest(channel="ops", text="note 2", idempotency_key="k2")
+        )
+        assert again.duplicate and again.obligation == receipt.obligation
+        await anyio.sleep(0.1)
+    assert HeldProvider.posted == ["note 0", "note 1", "note 2"]  # clean, once each
+    assert claims == []
+
+
+async def test_messages_behind_a_send_are_recorded_pending_and_claimed_at_their_turn(
+    tmp_path: Path, claims: list[str]
+) -> None:
+    reset(hold=True)
+    gateway = Gateway(config(tmp_path), options=GatewayOptions(http=False))
+    async with gateway:
+        first = await gateway.accept_message(MessageRequest(channel="ops", text="one"))
+        with anyio.fail_after(10):
+            await HeldProvider.started.wait()
+        later = [
+            await gateway.accept_message(MessageRequest(channel="ops", text=text))
+            for text in ("two", "three")
+        ]
+        counts = await gateway.ledger_counts()
+        assert (counts["attempting"], counts["pending"]) == (1, 2), counts
+        HeldProvider.release.set()
+        await delivered(gateway, 3)
+    assert sorted(claims) == sorted(receipt.obligation for receipt in later)
+    assert first.obligation not in claims
+    assert sorted(HeldProvider.posted) == ["one", "three", "two"]
+    assert not any(is_marked(text) for text in HeldProvider.posted)
