@@ -8,7 +8,8 @@
 - ``ReconnectWatcher(factory, sink, platform=..., on_reconnected=...)`` runs a provider's
   ``receive``; on ``ConnectionLost``/``TransportError`` it rebuilds the provider (30 s backoff
   doubling to a 300 s cap, forever), hands the new instance the old dedup's ids, and calls
-  ``on_reconnected(platform)``; on ``Unreachable`` it logs one line and stops.
+  ``on_reconnected(platform)``; on ``Unreachable`` it logs one line and stops. Its
+  ``statistics()`` is a frozen ``WatcherStatistics``.
 
 Durable dedup (seen ids that survive a restart, checked atomically with the turn's append) is the
 conversation log's ``admit`` in ``bridge_core.ownership``: the runtime puts this in-process filter
@@ -29,6 +30,7 @@ from bridge_core.inbound.dedup import (
     deduplicated,
     filter_into,
 )
+from bridge_core.inbound.statistics import WatcherStatistics
 from bridge_core.inbound.watcher import (
     DEFAULT_INITIAL_BACKOFF,
     DEFAULT_MAX_BACKOFF,
@@ -43,6 +45,7 @@ __all__ = [
     "DEFAULT_MAX_BACKOFF",
     "InboundDedup",
     "ReconnectWatcher",
+    "WatcherStatistics",
     "backoff_delay",
     "deduplicated",
     "filter_into",

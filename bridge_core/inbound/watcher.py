@@ -8,7 +8,7 @@ runtime redelivers the ledger's failed rows for that platform). Transient failur
 forever; a permanent one (``Unreachable``) ends ``run()`` after one clear log line. The backoff
 starts over once a rebuilt connection has delivered a message or stayed up for
 ``initial_backoff`` seconds. Time comes from anyio, so the schedule runs on virtual time in
-tests.
+tests. ``statistics()`` is its counters and state as one frozen snapshot.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from bridge_core.inbound.dedup import InboundDedup, deduplicated
+from bridge_core.inbound.statistics import WatcherStatistics
 from bridge_core.provider import (
     ChatProvider,
     InboundMessage,
@@ -76,6 +77,22 @@ class ReconnectWatcher:
         self.reconnects = 0
         self.gave_up: Unreachable | None = None
         self.delays: list[float] = []  # every backoff wait, for health and tests
+        self._build_failures = 0
+        self._connections_lost = 0
+        self._receiving = False
+
+    def statistics(self) -> WatcherStatistics:
+        """Its counters since it was made and its state now, as one snapshot."""
+        return WatcherStatistics(
+            reconnects=self.reconnects,
+            backoffs=len(self.delays),
+            build_failures=self._build_failures,
+            connections_lost=self._connections_lost,
+            receiving=self._receiving,
+            last_backoff=self.delays[-1] if self.delays else None,
+            gave_up=str(self.gave_up) if self.gave_up is not None else None,
+            dedup_ids=len(self.dedup),
+        )
 
     async def run(self) -> None:
         """Receive until cancelled, or until the platform says it will never work."""
@@ -95,6 +112,7 @@ class ReconnectWatcher:
                 self._give_up(error)
                 return
             except TransportError as error:
+                self._build_failures += 1
                 logger.warning(
                     "%s: building the provider failed (%r); retrying", self.platform, error
                 )
@@ -116,13 +134,18 @@ class ReconnectWatcher:
             healthy = anyio.Event()
             started = anyio.current_time()
             try:
-                await provider.receive(_marking(deduplicated(self.sink, self.dedup), healthy))
+                self._receiving = True
+                try:
+                    await provider.receive(_marking(deduplicated(self.sink, self.dedup), healthy))
+                finally:
+                    self._receiving = False
                 return  # a provider without a connection returns at once
             except Unreachable as error:
                 await self._close(provider)
                 self._give_up(error)
                 return
             except TransportError as error:
+                self._connections_lost += 1
                 logger.warning(
                     "%s: inbound connection lost (%r); reconnecting with backoff",
                     self.platform,

@@ -132,8 +132,8 @@ class ChannelRuntime:
             chunks=split_reply(text, self.provider),
             partials=partials,
         )
-        row, _created = await self.ledger.record(reply)
-        if row.partials != partials:
+        row, created = await self.ledger.record(reply)
+        if not created:
             # the turn was answered before (a crash between that row and its frame): that
             # row's delivery is the answer, and this stream's messages are left over
             self.replies.mark_interrupted(partials)

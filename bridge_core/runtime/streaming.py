@@ -294,9 +294,11 @@ async def answer_streamed(
     deltas: AsyncIterator[str],
 ) -> Obligation:
     """Stream ``deltas`` as ``reply`` (its ``text`` and ``chunks`` are replaced by the streamed
-    text's), record it with its partials, deliver it; the row as it ended. The reply path of a
-    gateway without an agent group (``chatbridge simulate``, tests); the gateway's own path
-    records the turn's frame between the row and the delivery (``ChannelRuntime``)."""
+    text's), record it with its partials, deliver it; the row as it ended. When ``reply`` was
+    recorded before, the row is that one and this stream's messages are marked interrupted.
+    The reply path of a gateway without an agent group (``chatbridge simulate``, tests); the
+    gateway's own path records the turn's frame between the row and the delivery
+    (``ChannelRuntime``)."""
     obligation = reply.obligation_id
     try:
         result = await replies.consume(obligation, deltas, thread=reply.thread)
@@ -306,7 +308,13 @@ async def answer_streamed(
             chunks=tuple(replies.split(result.text)),
             partials=result.partials,
         )
-        row, _created = await ledger.record(final)
+        row, created = await ledger.record(final)
+        if not created:
+            # Recorded before (the same reply answered again): that row, with its own text and
+            # partials, is the answer, and this stream's messages are left over, as in
+            # ChannelRuntime.record_reply. Delivering the row is still right: the claim takes
+            # only this process's or a dead owner's row, and a delivered one not at all.
+            replies.mark_interrupted(result.partials)
         return await ledger.deliver_now(row)
     finally:
         await replies.close(obligation)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -9,7 +10,13 @@ import anyio
 import pytest
 import trio.testing
 
-from bridge_core.inbound import InboundDedup, ReconnectWatcher, backoff_delay, deduplicated
+from bridge_core.inbound import (
+    InboundDedup,
+    ReconnectWatcher,
+    WatcherStatistics,
+    backoff_delay,
+    deduplicated,
+)
 from bridge_core.provider import (
     ChatProvider,
     ConnectionLost,
@@ -253,3 +260,62 @@ async def test_a_permanent_failure_gives_up_with_one_clear_line(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "giving up" in errors[0].getMessage()
     assert "token revoked" in errors[0].getMessage()
+
+
+@pytest.mark.anyio
+async def test_statistics_is_one_frozen_snapshot_of_its_counters_and_state() -> None:
+    factory, _ = scripted(
+        [msg("m1"), ConnectionLost("socket closed")],
+        [msg("m2"), "hang"],
+        fail_builds=1,
+    )
+
+    async def sink(message: InboundMessage) -> None:
+        pass
+
+    watcher = ReconnectWatcher(factory, sink, platform="slack")
+    before = watcher.statistics()
+    assert before == WatcherStatistics(
+        reconnects=0,
+        backoffs=0,
+        build_failures=0,
+        connections_lost=0,
+        receiving=False,
+        last_backoff=None,
+        gave_up=None,
+        dedup_ids=0,
+    )
+    async with anyio.create_task_group() as group:
+        group.start_soon(watcher.run)
+        await anyio.sleep(1000)  # a failed build, a connection lost, two rebuilds: now hanging
+        during = watcher.statistics()
+        group.cancel_scope.cancel()
+    # 30 s after the failed build, 30 s again after a connection that had delivered a message
+    assert during == WatcherStatistics(
+        reconnects=2,
+        backoffs=2,
+        build_failures=1,
+        connections_lost=1,
+        receiving=True,
+        last_backoff=30.0,
+        gave_up=None,
+        dedup_ids=2,  # m1, adopted by the rebuilt instance's dedup, and m2
+    )
+    assert before.reconnects == 0  # a snapshot, not a view
+    assert watcher.statistics().receiving is False  # cancelled: no receive is running
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        during.reconnects = 0  # type: ignore[misc]
+
+
+@pytest.mark.anyio
+async def test_statistics_says_why_the_watcher_gave_up() -> None:
+    factory, _ = scripted([Unreachable("invalid_auth: token revoked")])
+
+    async def sink(message: InboundMessage) -> None:
+        pass
+
+    watcher = ReconnectWatcher(factory, sink, platform="slack")
+    await watcher.run()
+    stats = watcher.statistics()
+    assert stats.gave_up == "invalid_auth: token revoked"
+    assert (stats.receiving, stats.connections_lost, stats.reconnects) == (False, 0, 0)

@@ -63,3 +63,25 @@ async def test_the_final_of_a_dead_poster_is_a_new_post_and_the_partial_says_int
     assert row.delivered[0].message_id == posts[1].message_id
     last = [e for e in entries if e.message_id == partial.message_id][-1]
     assert last.op == "edit" and last.text == INTERRUPTED
+
+
+async def test_a_reply_streamed_again_for_a_recorded_obligation_sends_nothing_new(
+    open_stream_channel,
+) -> None:
+    # the same turn answered twice (a crash between its row and its frame, or two gateways):
+    # the row recorded first is the answer, and the second stream's message says it is left
+    # over, as on the gateway's own reply path (ChannelRuntime.record_reply)
+    first = [(i * 0.5, f"a{i} ") for i in range(4)]
+    again = [(60.0 + i * 0.5, f"b{i} ") for i in range(4)]
+    async with open_stream_channel(budget=SLACK_BUDGET) as ch:
+        row = await ch.stream("x", first)
+        replay = await ch.stream("x", again)
+        await ch.until_idle()
+        entries = ch.entries()
+    assert row.state is State.DELIVERED and replay.id == row.id
+    assert replay.delivered == row.delivered  # nothing was sent again
+    posts = [e for e in entries if e.op == "post"]
+    assert len(posts) == 2  # each stream's first message
+    texts = {p.message_id: [e.text for e in entries if e.message_id == p.message_id] for p in posts}
+    assert texts[posts[0].message_id][-1] == "".join(text for _, text in first)
+    assert texts[posts[1].message_id][-1] == INTERRUPTED

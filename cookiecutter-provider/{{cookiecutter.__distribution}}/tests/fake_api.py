@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from bridge_core.testing.fake_platform import FakePlatform, RecordedRequest, Reply
+from bridge_core.testing import FakePlatform, RecordedRequest, Reply
 
 __all__ = ["CHANNEL", "TOKEN", "FakeApi", "error"]
 

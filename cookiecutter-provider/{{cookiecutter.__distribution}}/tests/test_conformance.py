@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from bridge_core.testing import Reply
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
     Operation,
     ProviderConformance,
 )
-from bridge_core.testing.fake_platform import Reply
 from fake_api import CHANNEL, TOKEN, FakeApi, error
 
 import {{ cookiecutter.__package }}.plugin as plugin

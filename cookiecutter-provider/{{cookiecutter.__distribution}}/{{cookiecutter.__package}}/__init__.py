@@ -25,8 +25,8 @@ from {{ cookiecutter.__package }}.settings import (
 if TYPE_CHECKING:
     from {{ cookiecutter.__package }}.client import ApiClient
     from {{ cookiecutter.__package }}.errors import (
-        error_from_exception,
-        error_from_response,
+        map_error,
+        map_exception,
     )
     from {{ cookiecutter.__package }}.provider import (
         {{ cookiecutter.__class_prefix }}Provider,
@@ -41,15 +41,15 @@ __all__ = [
     "{{ name }}",
 {%- endfor %}
     "create_provider",
-    "error_from_exception",
-    "error_from_response",
+    "map_error",
+    "map_exception",
     "provider_type",
 ]
 
 _SDK_NAMES = {
     "ApiClient": "{{ cookiecutter.__package }}.client",
-    "error_from_exception": "{{ cookiecutter.__package }}.errors",
-    "error_from_response": "{{ cookiecutter.__package }}.errors",
+    "map_error": "{{ cookiecutter.__package }}.errors",
+    "map_exception": "{{ cookiecutter.__package }}.errors",
     "{{ cookiecutter.__class_prefix }}Provider": "{{ cookiecutter.__package }}.provider",
 }
 

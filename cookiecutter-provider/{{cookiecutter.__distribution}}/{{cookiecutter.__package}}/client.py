@@ -24,8 +24,8 @@ from bridge_core import ProviderError, TransportError, mapped_call
 from pydantic import SecretStr
 
 from {{ cookiecutter.__package }}.errors import (
-    error_from_exception,
-    error_from_response,
+    map_error,
+    map_exception,
 )
 
 __all__ = ["ApiClient"]
@@ -47,9 +47,9 @@ class ApiClient:
         timeout: float,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self._base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(
-            base_url=self.base_url + "/",
+            base_url=self._base_url + "/",
             headers={
                 "Authorization": f"Bearer {token.get_secret_value()}",
                 "User-Agent": "{{ cookiecutter.__distribution }} (bridge-core provider)",
@@ -60,7 +60,7 @@ class ApiClient:
 
     def __repr__(self) -> str:
         # Never the headers: they hold the token.
-        return f"ApiClient(base_url={self.base_url!r})"
+        return f"ApiClient(base_url={self._base_url!r})"
 
     async def _call(self, method: str, path: str, *, where: str, json: Any = None) -> Any:
         async def send() -> httpx.Response:
@@ -68,14 +68,20 @@ class ApiClient:
 
         def read(exc: Exception) -> ProviderError | None:
             if isinstance(exc, httpx.HTTPError):
-                return error_from_exception(exc, where=where)
+                return map_exception(exc, where=where)
             return None  # not the platform's failure: a bug, raised as it is
 
         # mapped_call raises the core error outside the except block: httpx's exception holds
         # the request, with the token in its headers, and must not ride along as __context__.
         response = await mapped_call(send, read)
         if not response.is_success:
-            raise error_from_response(response, where=where)
+            try:
+                body = response.json()
+            except ValueError:
+                body = None  # an error page that is not JSON: read by its status alone
+            raise map_error(
+                status=response.status_code, body=body, headers=response.headers, where=where
+            )
         try:
             return response.json()
         except ValueError:

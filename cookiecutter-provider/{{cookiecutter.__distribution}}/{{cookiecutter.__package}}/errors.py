@@ -18,10 +18,16 @@ if it is about this message only it is ``MessageRejected``.
 
 FILL IN: ``ERROR_CODES`` (in ``error_codes``) with your platform's documented error codes, and
 ``_code_of`` with where your platform puts the code in an error body.
+
+``map_error(status=, body=, headers=, where=)`` reads an answer and ``map_exception(error,
+where=)`` a request that got none: the shapes the shipped plugins' mappers have (Matrix and
+Teams add ``operation=`` where a post and an edit read one answer differently). Keep them, so a
+reader who knows one plugin knows yours.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -39,8 +45,8 @@ from bridge_core import (
 from {{ cookiecutter.__package }}.error_codes import ERROR_CODES
 
 __all__ = [
-    "error_from_exception",
-    "error_from_response",
+    "map_error",
+    "map_exception",
 ]
 
 
@@ -55,23 +61,22 @@ def _code_of(body: Any) -> str | None:
     return None
 
 
-def error_from_response(response: httpx.Response, *, where: str) -> ProviderError:
-    """The core error for a response that was not a success.
+def map_error(
+    *, status: int, body: Any, headers: Mapping[str, Any] | None, where: str
+) -> ProviderError:
+    """The core error for an answer that was not a success: its HTTP ``status``, its JSON
+    ``body`` (``None`` when it was not JSON) and its ``headers``.
 
     ``where`` says what was attempted (``"post to channel C1"``); it goes into the message,
     which must never contain the token.
     """
-    status = response.status_code
-    try:
-        code = _code_of(response.json())
-    except ValueError:
-        code = None
+    code = _code_of(body)
     detail = f"HTTP {status}" + (f" {code}" if code else "")
     message = f"{{ cookiecutter.provider_name }} refused {where}: {detail}"
     if status == 429 or code == "rate_limited":
         # The core's one Retry-After parser: seconds or an HTTP date; garbage, negative and
         # non-finite values give None (the core backs off on its own), huge ones are capped.
-        return RateLimited(message, retry_after=retry_after_header(response.headers))
+        return RateLimited(message, retry_after=retry_after_header(headers))
     if code is not None and code in ERROR_CODES:
         error, meaning = ERROR_CODES[code]
         return error(f"{message}: {meaning}")
@@ -89,7 +94,7 @@ def error_from_response(response: httpx.Response, *, where: str) -> ProviderErro
     return TransportError(message)
 
 
-def error_from_exception(error: httpx.HTTPError, *, where: str) -> ProviderError:
+def map_exception(error: httpx.HTTPError, *, where: str) -> ProviderError:
     """The core error for a request that got no usable response (network, timeout)."""
     if isinstance(error, httpx.TimeoutException):
         return TransportError(

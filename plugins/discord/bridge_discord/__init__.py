@@ -3,7 +3,7 @@
 Installed, it registers the provider type ``discord`` through the ``bridge_core`` entry point
 (``bridge_discord.plugin``). See ``DiscordSettings`` for a profile's settings.
 
-The names that need discord.py (``DiscordProvider``, ``map_discord_error``,
+The names that need discord.py (``DiscordProvider``, ``map_error``, ``map_exception``,
 ``inbound_from_message``) are imported on first use, so loading the plugin to list providers or
 check a config does not import the SDK. ``bridge_discord.testing`` has a fake Discord for tests.
 """
@@ -29,7 +29,7 @@ from bridge_discord.plugin import create_provider, provider_type
 from bridge_discord.settings import CAPABILITIES, DISCORD_BUDGET, MAX_LENGTH, DiscordSettings
 
 if TYPE_CHECKING:
-    from bridge_discord.errors import map_discord_error
+    from bridge_discord.errors import map_error, map_exception
     from bridge_discord.inbound import inbound_from_message
     from bridge_discord.provider import DiscordProvider
 
@@ -42,14 +42,16 @@ __all__ = [
     "DiscordSettings",
     "create_provider",
     "inbound_from_message",
-    "map_discord_error",
+    "map_error",
+    "map_exception",
     "provider_type",
 ]
 
 _SDK_NAMES = {
     "DiscordProvider": "bridge_discord.provider",
     "inbound_from_message": "bridge_discord.inbound",
-    "map_discord_error": "bridge_discord.errors",
+    "map_error": "bridge_discord.errors",
+    "map_exception": "bridge_discord.errors",
 }
 
 

@@ -18,6 +18,11 @@ replaced by a new one, which is what the notifier and the ledger do with ``NotFo
 Refusals of the body read as ``MessageRejected`` (ADR 0017): the notifier drops that rendering and
 the ledger that reply, and the channel keeps serving every other message; before ADR 0017 they
 read as ``Unreachable`` and one malformed message gave up the whole channel.
+
+``map_error(status=, body=, headers=, where=)`` reads an answer (every REST call,
+``bridge_discord.rest``) and has the shape of every shipped plugin's mapper and the template's.
+``map_exception(error, where=)`` reads discord.py's exceptions, which only the gateway's login
+raises now that sends go through plain aiohttp (ADR 0066).
 """
 
 from __future__ import annotations
@@ -41,15 +46,15 @@ from bridge_core import (
 )
 from bridge_discord.error_codes import ERROR_CODES
 
-__all__ = ["map_discord_error", "map_discord_response"]
+__all__ = ["map_error", "map_exception"]
 
 
 _BODY_STATUSES = frozenset({400, 413, 422})
 """Statuses that refuse the request's body, read when the JSON ``code`` is not in the table."""
 
 
-def map_discord_response(
-    *, status: int, body: Any, headers: Mapping[str, str] | None, where: str
+def map_error(
+    *, status: int, body: Any, headers: Mapping[str, Any] | None, where: str
 ) -> ProviderError:
     """The core error for Discord's answer ``status`` with JSON ``body`` (``None`` when it was not
     JSON) to the call ``where`` (``"post to channel 123"``)."""
@@ -82,7 +87,7 @@ def map_discord_response(
     return Unreachable(f"Discord refused {where} ({detail}); resending will not help")
 
 
-def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
+def map_exception(error: BaseException, *, where: str) -> ProviderError:
     """The core error for a discord.py (or aiohttp) exception raised while doing ``where`` (the
     gateway's login; sends go through ``bridge_discord.rest``)."""
     if isinstance(error, discord.RateLimited):
@@ -94,7 +99,7 @@ def map_discord_error(error: BaseException, *, where: str) -> ProviderError:
         return Unreachable(f"Discord refused the bot token during {where}: check the token setting")
     if isinstance(error, discord.HTTPException):
         response = getattr(error, "response", None)
-        return map_discord_response(
+        return map_error(
             status=error.status,
             body={"code": error.code},
             headers=getattr(response, "headers", None),

@@ -34,7 +34,7 @@ from bridge_core import (
     neutralise_mass_mentions,
 )
 from bridge_discord.client import BridgeClient
-from bridge_discord.errors import map_discord_error
+from bridge_discord.errors import map_exception
 from bridge_discord.inbound import inbound_from_message
 from bridge_discord.rest import DiscordRest
 from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
@@ -110,7 +110,7 @@ class DiscordProvider(ChatProvider):
                 # mapped_call raises outside the except block: discord.py's exception holds the
                 # response, whose request carries the token, and must not ride along as
                 # __context__.
-                await mapped_call(login, lambda exc: map_discord_error(exc, where="login"))
+                await mapped_call(login, lambda exc: map_exception(exc, where="login"))
             except ProviderError:
                 await client.close()
                 raise

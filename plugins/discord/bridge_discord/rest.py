@@ -7,7 +7,7 @@ from the core's sender, which owns the channel's budget, and a call cut off by o
 discord.py sleeps skips the bucket's reset: the bucket stays at ``remaining=0`` and every later
 call waits inside discord.py, sending nothing (ADR 0066). So the provider's posts, edits and
 probes go through ``DiscordRest``: one aiohttp request, its answer read as a core error
-(``bridge_discord.errors.map_discord_response``), no state shared between calls but the pooled
+(``bridge_discord.errors.map_error``), no state shared between calls but the pooled
 connections. discord.py stays for the gateway (``bridge_discord.client``).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from bridge_core import ProviderError, TransportError, mapped_call
-from bridge_discord.errors import map_discord_response
+from bridge_discord.errors import map_error
 
 __all__ = ["DiscordRest"]
 
@@ -81,7 +81,7 @@ class DiscordRest:
                     if answer is _NOT_JSON:
                         raise TransportError(f"Discord answered {where} with a body not JSON")
                     return answer
-                raise map_discord_response(
+                raise map_error(
                     status=response.status,
                     body=answer if answer is not _NOT_JSON else None,
                     headers=response.headers,

@@ -10,6 +10,7 @@ from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ChatProvider, HttpResponse, InboundMessage, InboundSink, Unreachable
 from bridge_core.hookspecs import ProviderContext
+from bridge_core.testing import Reply
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
@@ -18,7 +19,6 @@ from bridge_core.testing.conformance import (
     Operation,
     ProviderConformance,
 )
-from bridge_core.testing.fake_platform import Reply
 
 RETRY_AFTER = 60.0  # past discord.py's 30 s floor, so it raises instead of sleeping
 USER = 700_000_000_000_000_042

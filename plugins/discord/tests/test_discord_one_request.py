@@ -17,7 +17,7 @@ from bridge_discord import DiscordProvider, DiscordSettings
 from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ProviderError, RateLimited, TransportError
-from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 

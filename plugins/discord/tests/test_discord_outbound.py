@@ -19,7 +19,7 @@ from bridge_core import (
     TransportError,
     Unreachable,
 )
-from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from bridge_matrix.error_codes import ERROR_CODES
-from bridge_matrix.errors import map_matrix_error
+from bridge_matrix.errors import map_error
 from bridge_matrix.plugin import create_provider, provider_type
 from bridge_matrix.settings import CAPABILITIES, MATRIX_BUDGET, MAX_LENGTH, MatrixSettings
 
@@ -31,7 +31,7 @@ __all__ = [
     "MatrixProvider",
     "MatrixSettings",
     "create_provider",
-    "map_matrix_error",
+    "map_error",
     "provider_type",
 ]
 

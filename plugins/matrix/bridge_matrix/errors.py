@@ -15,10 +15,17 @@ errcode is the more precise of the two, so it is read first and the status is th
 A kick or ban reads as ``Forbidden``, not ``Unreachable``: a room admin can invite the bot back,
 and the core re-checks a forbidden channel every 5 minutes. ``M_UNKNOWN_TOKEN`` is permanent for
 this profile: the token was revoked or the device logged out.
+
+``map_error(status=, body=, headers=, operation=, where=)`` has the shape of every shipped
+plugin's mapper and the template's, with ``operation`` as Teams' has it: a not-found on an edit
+is the event (``NotFound``: post anew) but on a post the room (``Unreachable``), and only the
+caller knows which it asked. There is no ``map_exception``: httpx's failures are read at the
+call, which knows its deadline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from bridge_core import (
@@ -34,7 +41,7 @@ from bridge_core import (
 )
 from bridge_matrix.error_codes import ERROR_CODES
 
-__all__ = ["Operation", "map_matrix_error", "retry_after_of"]
+__all__ = ["Operation", "map_error", "retry_after_of"]
 
 Operation = Literal["post", "edit", "probe", "sync"]
 
@@ -53,8 +60,13 @@ def retry_after_of(status: int, headers: Any, body: Any) -> float | None:
     return retry_after_header(headers)
 
 
-def map_matrix_error(
-    status: int, body: Any, *, headers: Any = None, operation: Operation, where: str
+def map_error(
+    *,
+    status: int,
+    body: Any,
+    headers: Mapping[str, Any] | None,
+    operation: Operation,
+    where: str,
 ) -> ProviderError:
     """The core error for the homeserver's answer ``status``/``body`` to ``where``.
 

@@ -44,7 +44,7 @@ from bridge_core import (
     post_key,
 )
 from bridge_matrix.client import MatrixClient, MatrixResponse, event_size, quote, txn_id
-from bridge_matrix.errors import Operation, map_matrix_error
+from bridge_matrix.errors import Operation, map_error
 from bridge_matrix.inbound import (
     SYNC_FILTER,
     SyncPosition,
@@ -180,9 +180,9 @@ class MatrixProvider(ChatProvider):
             return response
         if response.ok:
             raise TransportError(f"the homeserver answered {where} with no JSON object")
-        raise map_matrix_error(
-            response.status,
-            response.body,
+        raise map_error(
+            status=response.status,
+            body=response.body,
             headers=response.headers,
             operation=operation,
             where=where,

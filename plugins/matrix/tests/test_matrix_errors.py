@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from bridge_matrix import ERROR_CODES
-from bridge_matrix.errors import map_matrix_error, retry_after_of
+from bridge_matrix.errors import map_error, retry_after_of
 
 from bridge_core import (
     Forbidden,
@@ -21,7 +21,8 @@ from bridge_core import (
 @pytest.mark.parametrize("errcode", sorted(ERROR_CODES))
 def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
     kind, _ = ERROR_CODES[errcode]
-    error = map_matrix_error(400, {"errcode": errcode, "error": "x"}, operation="edit", where="w")
+    body = {"errcode": errcode, "error": "x"}
+    error = map_error(status=400, body=body, headers=None, operation="edit", where="w")
     assert type(error) is kind
 
 
@@ -42,7 +43,13 @@ def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
 def test_unlisted_answers_fall_back_on_the_status(
     status: int, body: object, operation: str, expected: type[ProviderError]
 ) -> None:
-    error = map_matrix_error(status, body, operation=operation, where="post to room !r")  # type: ignore[arg-type]
+    error = map_error(
+        status=status,
+        body=body,
+        headers=None,
+        operation=operation,  # type: ignore[arg-type]
+        where="post to room !r",
+    )
     assert type(error) is expected
     assert f"HTTP {status}" in str(error) and "room !r" in str(error)
 
@@ -54,7 +61,11 @@ def test_retry_after_prefers_the_bodys_milliseconds_then_the_header() -> None:
     assert retry_after_of(429, httpx.Headers(), {}) is None
     assert retry_after_of(429, httpx.Headers({"Retry-After": "soon"}), {}) is None
     assert retry_after_of(429, httpx.Headers(), {"retry_after_ms": True}) is None
-    limited = map_matrix_error(
-        429, {"errcode": "M_LIMIT_EXCEEDED", "retry_after_ms": 500}, operation="post", where="w"
+    limited = map_error(
+        status=429,
+        body={"errcode": "M_LIMIT_EXCEEDED", "retry_after_ms": 500},
+        headers=None,
+        operation="post",
+        where="w",
     )
     assert isinstance(limited, RateLimited) and limited.retry_after == 0.5

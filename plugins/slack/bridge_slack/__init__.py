@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from bridge_slack.error_codes import ERROR_CODES
-from bridge_slack.errors import map_slack_error
+from bridge_slack.errors import map_error
 from bridge_slack.plugin import create_provider, provider_type
 from bridge_slack.settings import CAPABILITIES, MAX_LENGTH, SLACK_BUDGET, SlackSettings
 
@@ -32,7 +32,7 @@ __all__ = [
     "SlackSettings",
     "create_provider",
     "escape_slack",
-    "map_slack_error",
+    "map_error",
     "provider_type",
 ]
 

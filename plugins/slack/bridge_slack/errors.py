@@ -37,6 +37,12 @@ anything else             TransportError    unknown: read as transient, like rea
 
 Errors raised here never chain the SDK's exception: its response object holds the request
 arguments, and with them the ``Authorization`` header.
+
+``map_error(status=, body=, headers=, where=)`` has the shape of every shipped plugin's mapper
+and the template's. There is no ``map_exception`` beside it, as Discord's and Teams' have:
+slack-sdk raises ``SlackApiError`` holding the whole answer, which the provider hands to
+``map_error`` as it is, and a network failure or timeout is read at the call, which knows its
+deadline.
 """
 
 from __future__ import annotations
@@ -52,21 +58,19 @@ from bridge_core import (
 )
 from bridge_slack.error_codes import ERROR_CODES
 
-__all__ = ["RATE_LIMIT_CODES", "map_slack_error"]
+__all__ = ["RATE_LIMIT_CODES", "map_error"]
 
 RATE_LIMIT_CODES = frozenset({"ratelimited", "rate_limited"})
 
 
-def map_slack_error(
-    *,
-    method: str,
-    channel: str | None,
-    status: int,
-    code: str | None,
-    headers: Mapping[str, Any] | None,
+def map_error(
+    *, status: int, body: Any, headers: Mapping[str, Any] | None, where: str
 ) -> ProviderError:
-    """The core error for a refused Slack API call (HTTP ``status``, ``error`` ``code``)."""
-    where = f"Slack {method}" + (f" to channel {channel}" if channel else "")
+    """The core error for Slack's refusal of ``where`` (``"Slack chat.postMessage to channel
+    C1"``): the HTTP ``status``, the answer's JSON ``body`` (``{"ok": false, "error": code}``;
+    anything else when Slack's edge answered) and its ``headers``."""
+    raw = body.get("error") if isinstance(body, dict) else None
+    code = raw if isinstance(raw, str) else None
     if status == 429 or code in RATE_LIMIT_CODES:
         retry_after = retry_after_header(headers)
         wait = f"retry after {retry_after:g} s" if retry_after is not None else "no Retry-After"

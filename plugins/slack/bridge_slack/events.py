@@ -44,6 +44,7 @@ from bridge_core import (
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
+    from bridge_slack.settings import SlackSettings
 
 __all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents", "made_valid", "to_inbound"]
 
@@ -75,6 +76,8 @@ def _json(status: int, data: dict[str, Any], headers: dict[str, str] | None = No
 class SlackEvents:
     """The Events API handler of one Slack provider; ``route()`` is what the gateway serves.
 
+    ``settings`` and ``profile`` are the provider's (its signing secret, its events path, the
+    profile its messages come in for); the provider itself is asked only for its own ids.
     ``clock`` (epoch seconds) is what signature timestamps are checked against; tests pass a
     fixed one.
     """
@@ -84,36 +87,38 @@ class SlackEvents:
         provider: SlackProvider,
         sink: InboundSink,
         *,
+        settings: SlackSettings,
+        profile: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        secret = provider.settings.signing_secret
+        secret = settings.signing_secret
         if secret is None:
             raise ValueError(
-                f"Slack profile {provider.profile!r} has no signing_secret: inbound events "
+                f"Slack profile {profile!r} has no signing_secret: inbound events "
                 "cannot be verified, so they are not served"
             )
         self._provider = provider
         self._sink = sink
+        self._profile = profile
+        self._events_path = settings.events_path
         self._verifier = SignatureVerifier(secret.get_secret_value(), clock=_CallableClock(clock))
 
     def __repr__(self) -> str:
-        return f"SlackEvents(profile={self._provider.profile!r})"
+        return f"SlackEvents(profile={self._profile!r})"
 
     def route(self) -> HttpRoute:
-        return HttpRoute("POST", self._provider.settings.events_path, self.handle)
+        return HttpRoute("POST", self._events_path, self.handle)
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         malformed = _malformed(request)
         if malformed is not None:
-            logger.warning(
-                "Slack profile %s: refused a request: %s", self._provider.profile, malformed
-            )
+            logger.warning("Slack profile %s: refused a request: %s", self._profile, malformed)
             return _json(400, {"error": malformed}, {"X-Slack-No-Retry": "1"})
         if not self._verifier.is_valid_request(request.body, request.headers):
             logger.warning(
                 "Slack profile %s: refused an event with a missing, wrong or expired signature "
                 "(timestamp %s)",
-                self._provider.profile,
+                self._profile,
                 request.header("X-Slack-Request-Timestamp"),
             )
             return _json(401, {"error": "invalid signature"})
@@ -123,7 +128,7 @@ class SlackEvents:
             return _json(400, {"error": "body is not JSON"}, {"X-Slack-No-Retry": "1"})
         if not isinstance(payload, dict):
             return _json(400, {"error": "body is not an object"}, {"X-Slack-No-Retry": "1"})
-        payload = made_valid(payload, profile=self._provider.profile)
+        payload = made_valid(payload, profile=self._profile)
         retry_num = request.header("X-Slack-Retry-Num")
         if retry_num is not None and not _WHOLE_NUMBER.fullmatch(retry_num):
             return _json(
@@ -144,7 +149,7 @@ class SlackEvents:
             # Whatever the core's failure, Slack must retry: the dedup absorbs the repeat.
             logger.exception(
                 "Slack profile %s: the core failed to take message %s; Slack will retry",
-                self._provider.profile,
+                self._profile,
                 message.message_id,
             )
             return _json(500, {"error": "not stored; retry"})
@@ -155,7 +160,7 @@ class SlackEvents:
         retries = int(retry_num) if retry_num and _WHOLE_NUMBER.fullmatch(retry_num) else 0
         return to_inbound(
             payload,
-            profile=self._provider.profile,
+            profile=self._profile,
             own_ids=self._provider.own_ids(),
             retry_num=retries,
         )

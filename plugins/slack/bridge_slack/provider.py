@@ -32,7 +32,7 @@ from bridge_core import (
     mapped_call,
     neutralise_mass_mentions,
 )
-from bridge_slack.errors import map_slack_error
+from bridge_slack.errors import map_error
 from bridge_slack.events import SlackEvents
 from bridge_slack.settings import (
     CAPABILITIES,
@@ -76,10 +76,10 @@ class SlackProvider(ChatProvider):
     def __init__(
         self, settings: SlackSettings, *, profile: str = "slack", api_base_url: str | None = None
     ) -> None:
-        self.settings = settings
-        self.profile = profile
+        self._settings = settings
+        self._profile = profile
         base = api_base_url or settings.api_base_url
-        self.api_base_url = base if base.endswith("/") else base + "/"
+        self._base_url = base if base.endswith("/") else base + "/"
         self._session: aiohttp.ClientSession | None = None
         self._client: AsyncWebClient | None = None
         self._bot_user_id: str | None = settings.bot_user_id
@@ -87,7 +87,7 @@ class SlackProvider(ChatProvider):
         self._identity_tried = False
 
     def __repr__(self) -> str:
-        return f"SlackProvider(profile={self.profile!r}, api_base_url={self.api_base_url!r})"
+        return f"SlackProvider(profile={self._profile!r}, api_base_url={self._base_url!r})"
 
     # ----------------------------------------------------------------- the client
 
@@ -95,7 +95,7 @@ class SlackProvider(ChatProvider):
         """The provider's aiohttp session, made on first use (it belongs to the running loop)."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.settings.timeout)
+                timeout=aiohttp.ClientTimeout(total=self._settings.timeout)
             )
             self._client = None
         return self._session
@@ -103,10 +103,10 @@ class SlackProvider(ChatProvider):
     def _web(self) -> AsyncWebClient:
         if self._client is None or self._session is None or self._session.closed:
             self._client = AsyncWebClient(
-                token=self.settings.bot_token.get_secret_value(),
-                base_url=self.api_base_url,
+                token=self._settings.bot_token.get_secret_value(),
+                base_url=self._base_url,
                 session=self.session(),
-                timeout=int(max(1, self.settings.timeout)),
+                timeout=int(max(1, self._settings.timeout)),
                 retry_handlers=[],
             )
         return self._client
@@ -114,7 +114,7 @@ class SlackProvider(ChatProvider):
     async def _call(
         self,
         method: str,
-        where: str | None,
+        channel: str | None,
         /,
         *,
         tolerate: frozenset[str] = frozenset(),
@@ -146,19 +146,15 @@ class SlackProvider(ChatProvider):
 
         def read(exc: Exception) -> ProviderError | None:
             if isinstance(exc, SlackApiError):
-                code = (
-                    exc.response.data.get("error") if isinstance(exc.response.data, dict) else None
-                )
-                return map_slack_error(
-                    method=method,
-                    channel=where,
+                return map_error(
                     status=int(exc.response.status_code),
-                    code=code if isinstance(code, str) else None,
+                    body=exc.response.data,
                     headers=exc.response.headers,
+                    where=f"Slack {method}" + (f" to channel {channel}" if channel else ""),
                 )
             if isinstance(exc, TimeoutError):
                 return TransportError(
-                    f"Slack {method}: no answer within {self.settings.timeout:g} s (timeout)"
+                    f"Slack {method}: no answer within {self._settings.timeout:g} s (timeout)"
                 )
             if isinstance(exc, (aiohttp.ClientError, SlackClientError)):
                 return TransportError(f"Slack {method}: {type(exc).__name__}: {exc}")
@@ -180,7 +176,7 @@ class SlackProvider(ChatProvider):
     async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
         self._refuse_over_long(text)
         params: dict[str, Any] = {"channel": channel, "text": text, "link_names": False}
-        if not self.settings.unfurl:
+        if not self._settings.unfurl:
             params.update(unfurl_links=False, unfurl_media=False)
         if thread is not None:
             params["thread_ts"] = thread
@@ -280,7 +276,7 @@ class SlackProvider(ChatProvider):
         try:
             await self.identity()
         except ProviderError as exc:
-            logger.warning("Slack profile %s: auth.test failed (%s)", self.profile, exc)
+            logger.warning("Slack profile %s: auth.test failed (%s)", self._profile, exc)
 
     async def identity(self) -> tuple[str | None, str | None]:
         """The bridge's own ``(user_id, bot_id)`` in the workspace, from ``auth.test`` once."""
@@ -293,11 +289,11 @@ class SlackProvider(ChatProvider):
 
     async def open_socket_url(self) -> str:
         """A fresh Socket Mode websocket URL from ``apps.connections.open`` (app token)."""
-        if self.settings.app_token is None:
-            raise Unreachable(f"Slack profile {self.profile!r} has no app_token for Socket Mode")
+        if self._settings.app_token is None:
+            raise Unreachable(f"Slack profile {self._profile!r} has no app_token for Socket Mode")
         client = AsyncWebClient(
-            token=self.settings.app_token.get_secret_value(),
-            base_url=self.api_base_url,
+            token=self._settings.app_token.get_secret_value(),
+            base_url=self._base_url,
             session=self.session(),
             retry_handlers=[],
         )
@@ -310,15 +306,18 @@ class SlackProvider(ChatProvider):
     async def receive(self, sink: InboundSink) -> None:
         """With ``socket_mode``, take events over Slack's Socket Mode until cancelled (raises
         ``ConnectionLost`` when the socket drops); otherwise return at once."""
-        if self.settings.socket_mode:
-            await SlackSocketMode(self, sink).run()
+        if self._settings.socket_mode:
+            socket = SlackSocketMode(
+                self, sink, profile=self._profile, heartbeat=self._settings.socket_ping_interval
+            )
+            await socket.run()
 
     def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
         """The Events API endpoint (``settings.events_path``); none without a signing secret,
         since unsigned events are never accepted, and none in Socket Mode."""
-        if self.settings.signing_secret is None or self.settings.socket_mode:
+        if self._settings.signing_secret is None or self._settings.socket_mode:
             return ()
-        return (SlackEvents(self, sink).route(),)
+        return (SlackEvents(self, sink, settings=self._settings, profile=self._profile).route(),)
 
     async def aclose(self) -> None:
         session, self._session, self._client = self._session, None, None

@@ -34,12 +34,16 @@ logger = logging.getLogger("bridge_slack.socket_mode")
 class SlackSocketMode:
     """One provider's Socket Mode session; ``run()`` until cancelled or the socket is lost."""
 
-    def __init__(self, provider: SlackProvider, sink: InboundSink) -> None:
+    def __init__(
+        self, provider: SlackProvider, sink: InboundSink, *, profile: str, heartbeat: float
+    ) -> None:
         self._provider = provider
         self._sink = sink
+        self._profile = profile
+        self._heartbeat = heartbeat  # seconds between pings (settings.socket_ping_interval)
 
     def __repr__(self) -> str:
-        return f"SlackSocketMode(profile={self._provider.profile!r})"
+        return f"SlackSocketMode(profile={self._profile!r})"
 
     async def run(self) -> None:
         await self._provider.learn_identity()
@@ -52,16 +56,15 @@ class SlackSocketMode:
                 raise ConnectionLost(f"Slack Socket Mode could not connect: {exc}") from None
             if not await self._serve(url):
                 raise ConnectionLost(
-                    f"Slack Socket Mode connection of profile {self._provider.profile!r} "
-                    "closed unexpectedly"
+                    f"Slack Socket Mode connection of profile {self._profile!r} closed unexpectedly"
                 )
-            logger.info("Slack profile %s: Socket Mode rotated by Slack", self._provider.profile)
+            logger.info("Slack profile %s: Socket Mode rotated by Slack", self._profile)
 
     async def _serve(self, url: str) -> bool:
         """Serve one websocket; True when Slack asked us to move to a new one."""
-        heartbeat = self._provider.settings.socket_ping_interval
         try:
-            async with self._provider.session().ws_connect(url, heartbeat=heartbeat) as socket:
+            session = self._provider.session()
+            async with session.ws_connect(url, heartbeat=self._heartbeat) as socket:
                 async for frame in socket:
                     if frame.type is aiohttp.WSMsgType.TEXT:
                         if await self._handle(socket, frame.data):
@@ -108,7 +111,3 @@ class SlackSocketMode:
                     return False
         await socket.send_json({"envelope_id": envelope_id})
         return False
-
-    @property
-    def _profile(self) -> str:
-        return self._provider.profile

@@ -10,6 +10,7 @@ from bridge_slack import plugin, provider_type
 from bridge_slack.testing.fake_slack import FakeSlack, event_callback, message_event, signed_headers
 
 from bridge_core.provider import HttpRequest
+from bridge_core.testing import Reply
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
@@ -18,7 +19,6 @@ from bridge_core.testing.conformance import (
     ProviderConformance,
     http_inbound,
 )
-from bridge_core.testing.fake_platform import Reply
 
 RETRY_AFTER = 30
 

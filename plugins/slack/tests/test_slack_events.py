@@ -38,8 +38,12 @@ class Clock:
 
 
 @pytest.fixture
-async def provider(slack_settings: dict[str, Any]) -> AsyncIterator[SlackProvider]:
-    settings = SlackSettings.model_validate({**slack_settings, "bot_user_id": "U0BRIDGE"})
+def settings(slack_settings: dict[str, Any]) -> SlackSettings:
+    return SlackSettings.model_validate({**slack_settings, "bot_user_id": "U0BRIDGE"})
+
+
+@pytest.fixture
+async def provider(settings: SlackSettings) -> AsyncIterator[SlackProvider]:
     async with SlackProvider(settings, profile="ops") as provider:
         yield provider
 
@@ -55,8 +59,10 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def events(provider: SlackProvider, sink: Sink, clock: Clock) -> SlackEvents:
-    return SlackEvents(provider, sink, clock=clock)
+def events(
+    provider: SlackProvider, settings: SlackSettings, sink: Sink, clock: Clock
+) -> SlackEvents:
+    return SlackEvents(provider, sink, settings=settings, profile="ops", clock=clock)
 
 
 def request(body: bytes, headers: dict[str, str]) -> HttpRequest:
@@ -201,10 +207,11 @@ async def test_thread_broadcasts_and_file_shares_are_user_messages(
 async def test_the_bridges_own_user_learned_from_auth_test_is_skipped(
     slack_settings: dict[str, Any], sink: Sink, signing_secret: str
 ) -> None:
-    provider = SlackProvider(SlackSettings.model_validate(slack_settings))
+    settings = SlackSettings.model_validate(slack_settings)
+    provider = SlackProvider(settings)
     async with provider:
         await provider.identity()
-    events = SlackEvents(provider, sink)
+    events = SlackEvents(provider, sink, settings=settings, profile="slack")
     event = message_event(channel=CHANNEL, text="echo of my own post", user="U0BRIDGE")
     await events.handle(signed(signing_secret, event_callback(event)))
     assert sink.messages == []

@@ -16,7 +16,7 @@ from bridge_slack import SlackProvider, SlackSettings
 from bridge_slack.testing.fake_slack import FakeSlack
 
 from bridge_core import ProviderError, RateLimited, TransportError
-from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 

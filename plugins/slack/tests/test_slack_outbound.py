@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from bridge_slack import ERROR_CODES, MAX_LENGTH, SlackProvider, SlackSettings, provider_type
-from bridge_slack.errors import map_slack_error
+from bridge_slack.errors import map_error
 from bridge_slack.testing.fake_slack import FakeSlack
 from pydantic import ValidationError
 
@@ -22,7 +22,7 @@ from bridge_core.provider import (
     TransportError,
     Unreachable,
 )
-from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 
@@ -122,8 +122,11 @@ async def test_a_refused_message_is_rejected_and_the_channel_carries_on(
     ],
 )
 def test_a_dead_credential_stays_unreachable(code: str) -> None:
-    error = map_slack_error(
-        method="chat.postMessage", channel="C1", status=200, code=code, headers=None
+    error = map_error(
+        status=200,
+        body={"ok": False, "error": code},
+        headers=None,
+        where="Slack chat.postMessage to channel C1",
     )
     assert type(error) is Unreachable
 

@@ -19,7 +19,7 @@ from bridge_teams.settings import CAPABILITIES, MAX_LENGTH, TEAMS_BUDGET, TeamsS
 
 if TYPE_CHECKING:
     from bridge_teams.auth import InvalidToken, OpenIdKeys, StaticKeys, TokenValidator
-    from bridge_teams.errors import map_teams_error
+    from bridge_teams.errors import map_error, map_exception
     from bridge_teams.inbound import (
         ReferenceStore,
         conversation_id,
@@ -53,7 +53,8 @@ __all__ = [
     "conversation_id",
     "create_provider",
     "inbound_from_activity",
-    "map_teams_error",
+    "map_error",
+    "map_exception",
     "provider_type",
     "split_conversation_id",
 ]
@@ -63,7 +64,8 @@ _SDK_NAMES = {
     "OpenIdKeys": "bridge_teams.auth",
     "StaticKeys": "bridge_teams.auth",
     "TokenValidator": "bridge_teams.auth",
-    "map_teams_error": "bridge_teams.errors",
+    "map_error": "bridge_teams.errors",
+    "map_exception": "bridge_teams.errors",
     "ReferenceStore": "bridge_teams.inbound",
     "conversation_id": "bridge_teams.inbound",
     "inbound_from_activity": "bridge_teams.inbound",

@@ -49,7 +49,7 @@ from bridge_teams.auth import (
     OpenIdKeys,
     TokenValidator,
 )
-from bridge_teams.errors import Operation, map_teams_error
+from bridge_teams.errors import Operation, map_exception
 from bridge_teams.inbound import (
     ReferenceStore,
     conversation_id,
@@ -187,7 +187,7 @@ class TeamsProvider(ChatProvider):
                 return TransportError(
                     f"Teams did not complete the {where} within the {deadline:g} s call_deadline"
                 )
-            return map_teams_error(exc, operation=operation, where=where)
+            return map_exception(exc, operation=operation, where=where)
 
         # mapped_call raises outside the except block: msrest's exception keeps the
         # requests.Response, whose request carries the connector token, and must not ride along

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bridge_core import HttpRequest
 from bridge_core.hookspecs import ProviderContext
+from bridge_core.testing import Reply
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
@@ -20,7 +21,6 @@ from bridge_core.testing.conformance import (
     ProviderConformance,
     http_inbound,
 )
-from bridge_core.testing.fake_platform import Reply
 
 RETRY_AFTER = 30.0
 

@@ -12,7 +12,7 @@ from bridge_teams import ClientCredentials, ConnectorTransport, TeamsProvider, T
 from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core import TransportError
-from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from bridge_teams import TeamsProvider, TeamsSettings
 from bridge_teams.testing.fake_teams import FakeTeams
 
 from bridge_core import MessageRejected, ProviderError, RateLimited, TransportError
-from bridge_core.testing.fake_platform import Reply
+from bridge_core.testing import Reply
 
 from .conftest import DictStore
 
