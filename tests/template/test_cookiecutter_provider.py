@@ -2,10 +2,11 @@
 virtual environment, bridge-core from this checkout, the project, its tests), and check that
 bridge-core lists it and that its ruff settings pass on the code generated for any name.
 
-The README test is the slowest of the suite (a virtual environment and two installs with build
-isolation, as a user runs them; pip reuses its cache), and CI must run it: it is the only proof
-that the template's entry point, packaging, tests and instructions work for someone who starts
-from it.
+The README's commands are the slowest setup of the suite (a virtual environment and two installs
+with build isolation, as a user runs them; pip reuses its cache), and CI must run them: they are
+the only proof that the template's entry point, packaging, tests and instructions work for
+someone who starts from it. They start when collection ends, beside the other tests
+(``conftest.py``), and the test waits for what is left of them.
 """
 
 from __future__ import annotations
