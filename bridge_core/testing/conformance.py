@@ -138,6 +138,10 @@ _EXPECTED: dict[Fault, type[ProviderError]] = {
 _NO_HIDDEN_WAIT = 2.0
 # How long the cut-off test lets a faulted call run before cancelling it from outside.
 _CUT_OFF_AFTER = 0.3
+# How long the cut-off test waits for the next three posts before calling the provider wedged
+# (well past the 3 * _NO_HIDDEN_WAIT they must take; the kit's own test of a wedged provider
+# shortens it, having nothing to wait for).
+_WEDGED_AFTER = 10.0
 
 # Agent text that pings a whole channel on most platforms if sent raw. Platform-specific forms
 # (Slack's ``<!channel>``, ``<@U123>``) go in ``ConformanceHarness.extra_pings``.
@@ -473,12 +477,12 @@ class ProviderConformance:
                     pass  # raising at once is fine too; the point is what the next calls see
             before = harness.request_count() if harness.request_count else 0
             started = time.monotonic()
-            with anyio.move_on_after(10) as stuck:
+            with anyio.move_on_after(_WEDGED_AFTER) as stuck:
                 for n in range(3):
                     await provider.post(harness.channel, f"after the cut {n}")
             assert not stuck.cancelled_caught, (
                 f"after a call cut off during {fault.value}, the next posts were still waiting "
-                "10 s later: the provider (or its SDK) was left wedged"
+                f"{_WEDGED_AFTER:g} s later: the provider (or its SDK) was left wedged"
             )
             elapsed = time.monotonic() - started
             if harness.request_count is not None:

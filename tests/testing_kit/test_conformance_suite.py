@@ -42,6 +42,7 @@ from bridge_core.provider import (
     TransportError,
     Unreachable,
 )
+from bridge_core.testing import conformance
 from bridge_core.testing.conformance import (
     ConformanceHarness,
     Fault,
@@ -447,7 +448,12 @@ async def test_catches_a_provider_that_waits_inside_a_call(toy: FakeToyChat) -> 
         await SUITE.test_fault_maps_onto_the_taxonomy(harness, Fault.SERVER_ERROR, "post")
 
 
-async def test_catches_a_provider_wedged_by_a_cut_off_call(toy: FakeToyChat) -> None:
+async def test_catches_a_provider_wedged_by_a_cut_off_call(
+    toy: FakeToyChat, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mutant never gives its token back, so its next post waits forever: a second shows it
+    # as well as the 10 s a real provider gets (which kept this test waiting 10 s).
+    monkeypatch.setattr(conformance, "_WEDGED_AFTER", 1.0)
     harness = make_harness(toy, WedgesWhenCutOff)
     with pytest.raises(AssertionError, match="wedged"):
         await SUITE.test_a_call_cut_off_leaves_nothing_behind(harness, Fault.SLOW)
