@@ -372,7 +372,9 @@ def json_may_hold_invalid_text(raw: bytes) -> bool:
     string ``find_invalid_text`` refuses. Only a ``\\u`` escape can put a lone surrogate or a
     NUL there: strict UTF-8 refuses encoded surrogates and ``json`` refuses raw control
     characters in strings. So when this is False, the walk of every string can be skipped."""
-    return b"\\u" in raw
+    # A backslash is looked for first: a one-byte search is memchr, while CPython 3.11 searches
+    # for two bytes one byte at a time (a fifth of json.loads' own time on a batch of events).
+    return b"\\" in raw and b"\\u" in raw
 
 
 def valid_json(value: Any) -> Any:

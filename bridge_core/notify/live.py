@@ -94,13 +94,16 @@ class TrackedAgent:
     status: str = ""
     finished: AgentFinished | None = None
     gone: str | None = None
+    # ``terminal`` as one field, set with ``finished`` or ``gone``: the notifier's hot path
+    # reads it for every status change.
+    ended: bool = False
     terminal_at: float = 0.0
     spawned_at: float = 0.0
     summary: Summary | None = None
 
     @property
     def terminal(self) -> bool:
-        return self.finished is not None or self.gone is not None
+        return self.ended
 
 
 @dataclass(eq=False, slots=True)

@@ -41,7 +41,7 @@ from bridge_core.events import (
     EventError,
     FleetEvent,
     UnknownEvent,
-    parse_checked_event,
+    parse_checked_events,
     parse_event,
 )
 from bridge_core.provider import HttpRequest, HttpRoute
@@ -216,17 +216,23 @@ def parse_events_body(data: Any, *, text_checked: bool = False) -> list[FleetEve
         raise ApiError(
             400, f"body must be an event object or an array of them, got {type(data).__name__}"
         )
-    parse = parse_checked_event if text_checked else parse_event
+    if text_checked:
+        try:
+            return parse_checked_events(items)  # a whole batch in one loop
+        except EventError as exc:
+            raise _event_refused(exc, None if single else exc.index) from None
     events: list[FleetEvent] = []
     for index, item in enumerate(items):
         try:
-            events.append(parse(item))
+            events.append(parse_event(item))
         except EventError as exc:
-            where = "" if single else f"event {index}: "
-            raise ApiError(
-                400, f"{where}{exc}", field=exc.field, index=None if single else index
-            ) from None
+            raise _event_refused(exc, None if single else index) from None
     return events
+
+
+def _event_refused(exc: EventError, index: int | None) -> ApiError:
+    where = "" if index is None else f"event {index}: "
+    return ApiError(400, f"{where}{exc}", field=exc.field, index=index)
 
 
 _MESSAGE_FIELDS = ("channel", "text", "thread", "idempotency_key")

@@ -221,11 +221,14 @@ def event_kinds() -> str:
         "| kind | its own fields | notifies by default | JSON |",
         "|---|---|---|---|",
     ]
-    # A slots dataclass is a second class object; the first stays among the subclasses.
+    # A slots dataclass is a second class object; the first stays among the subclasses. Only the
+    # module's own exports are kinds (its private twin of StatusChanged is not).
     kinds = [
         cls
         for cls in events.FleetEvent.__subclasses__()
-        if getattr(events, cls.__name__, None) is cls and cls is not events.UnknownEvent
+        if cls.__name__ in events.__all__
+        and getattr(events, cls.__name__, None) is cls
+        and cls is not events.UnknownEvent
     ]
     for cls in kinds:
         own = [f for f in dataclasses.fields(cls) if f.name not in common]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -27,6 +28,7 @@ from bridge_core.events import (
     UnknownEvent,
     event_to_json,
     parse_checked_event,
+    parse_checked_events,
     parse_event,
     parse_event_line,
 )
@@ -147,3 +149,79 @@ def test_a_status_change_made_from_its_slots_is_the_dataclass_one() -> None:
     assert made == StatusChanged("a", "default", 2.0, status="s")
     assert hash(made) == hash(StatusChanged("a", "default", 2.0, status="s"))
     assert repr(made) == repr(StatusChanged("a", "default", 2.0, status="s"))
+    assert type(made) is StatusChanged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = "changed"  # type: ignore[misc]
+
+
+# Items shaped like a fleet's status changes (the batch reader's own path), with any value in any
+# field, beside items of every other shape.
+STATUS_LIKE = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["StatusChanged", "StatusChanged", "statuschanged", 3]),
+        "agent": FIELD_VALUES | st.just("a1"),
+        "status": FIELD_VALUES | st.just("running"),
+    },
+    optional={"workspace": FIELD_VALUES, "at": FIELD_VALUES, "extra": FIELD_VALUES},
+)
+BATCH_ITEMS = STATUS_LIKE | EVENT_FIELDS | FIELD_VALUES
+
+
+@settings(deadline=None)  # what it checks is agreement, not time (a loaded host is slow)
+@given(st.lists(BATCH_ITEMS, max_size=6))
+def test_a_batch_reads_and_refuses_exactly_as_each_event_alone(items: list[Any]) -> None:
+    # POST /v1/events reads an array with parse_checked_events: the same events as reading each
+    # item with parse_checked_event, or the first item's own error with that item's index.
+    if find_invalid_text(items) is not None:
+        return  # the caller refuses those before (test_text_valid.py)
+    expected: list[FleetEvent] = []
+    refused: tuple[int, str, str] | None = None
+    for index, item in enumerate(items):
+        try:
+            expected.append(parse_checked_event(item))
+        except EventError as error:
+            refused = (index, error.field, error.message)
+            break
+    try:
+        got = parse_checked_events(items)
+    except EventError as error:
+        assert (error.index, error.field, error.message) == refused
+        return
+    assert refused is None
+    assert got == expected
+    assert [type(event) for event in got] == [type(event) for event in expected]
+    for event in got:
+        assert hash(event) == hash(dataclasses.replace(event))
+
+
+def test_a_batch_of_status_changes_is_made_of_the_dataclass_ones() -> None:
+    got = parse_checked_events(
+        [
+            {"kind": "StatusChanged", "agent": "a", "status": "s"},
+            {"kind": "StatusChanged", "agent": "b", "status": "t", "workspace": "", "at": None},
+            {"kind": "StatusChanged", "agent": "c", "status": "u", "workspace": "w", "at": 3},
+        ]
+    )
+    assert got == [
+        StatusChanged("a", "default", None, status="s"),
+        StatusChanged("b", "default", None, status="t"),
+        StatusChanged("c", "w", 3.0, status="u"),
+    ]
+    assert all(type(event) is StatusChanged for event in got)
+    assert repr(got[0]) == repr(StatusChanged("a", "default", None, status="s"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].agent = "other"  # type: ignore[misc]
+
+
+def test_a_refused_item_of_a_batch_is_named_by_its_index() -> None:
+    with pytest.raises(EventError) as refused:
+        parse_checked_events(
+            [
+                {"kind": "StatusChanged", "agent": "a", "status": "s"},
+                {"kind": "StatusChanged", "agent": "b", "status": ""},
+            ]
+        )
+    assert (refused.value.index, refused.value.field) == (1, "status")
+    with pytest.raises(EventError) as alone:
+        parse_checked_event({"kind": "StatusChanged", "agent": "b", "status": ""})
+    assert alone.value.index is None
