@@ -1,19 +1,22 @@
-"""Concurrent calls of the Redis log's scripts, sent together: one pipeline a round trip.
+"""Concurrent admissions and frames of one Redis log, written by one script call.
 
-Each admission and each frame is still one Lua script, which Redis runs atomically (ADR 0032).
-A pipeline only puts several ``EVALSHA`` commands in one write and reads their replies
-together; it is not a ``MULTI`` transaction, so one script's error touches no other call. The
-calls made while a pipeline is in flight wait for the next one, so batches grow with the load
-and a lone call goes at once (ADR 0120).
+The writes queued while a call is in flight go together in the next one: ``WRITE_MANY`` runs
+them in the order they were queued, each admission checking and setting its own dedup key
+before appending its turn, and answers one stream id (or nil for a duplicate) per write
+(ADR 0130; before it, each write was its own ``EVALSHA`` in a shared pipeline, ADR 0120).
+One script call instead of one per write: Redis serves the blocked readers once per command,
+so a member's ``XREAD`` gets the whole batch instead of one entry, and the client packs and
+parses one command instead of many. Batches grow with the load and a lone write goes at once.
 
-The pipeline names scripts by their SHA1 without asking the server first (redis-py's own
-pipeline scripts cost a ``SCRIPT EXISTS`` round trip on every execute); a server that does not
-know a script (restarted, ``SCRIPT FLUSH``) answers ``NOSCRIPT`` for that call without running
-it, so those calls are sent again once the script is loaded.
+A batch longer than ``MAX_WRITES`` is split into several calls sent in one pipeline (one
+script must not hold the server for long). Scripts are named by their SHA1 without asking the
+server first; a server that does not know the script (restarted, ``SCRIPT FLUSH``) answers
+``NOSCRIPT`` without running it, so that call is sent again once the script is loaded.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,13 +27,56 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["ScriptBatcher"]
+__all__ = ["ADMIT", "FRAME", "MAX_WRITES", "WRITE_MANY", "WriteBatcher"]
 
-_Call = tuple[Any, Sequence[str], Sequence[Any]]  # (AsyncScript, keys, args)
+ADMIT = "a"
+FRAME = "f"
+MAX_WRITES = 128
+
+# KEYS: the stream, the stats hash, then one dedup key per admission (in order);
+# ARGV: seen ttl (ms), stream max length, then per write its kind and values:
+#   'a', conversation, message id, author, text, thread ('' for none)
+#   'f', conversation, answered seq, member, obligation
+# the entries are the ones the per-write scripts of ADR 0120 appended, field for field.
+# Redis refuses a script's first write when it is out of memory, before anything changed;
+# the commands here fail after that only on keys of the wrong type, which breaks every write
+WRITE_MANY = """
+local out, key, i = {}, 3, 3
+local admitted, answered = 0, 0
+while i <= #ARGV do
+  if ARGV[i] == 'a' then
+    if redis.call('SET', KEYS[key], '1', 'NX', 'PX', ARGV[1]) then
+      if ARGV[i + 5] == '' then
+        out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'k', 't',
+          'c', ARGV[i + 1], 'm', ARGV[i + 2], 'a', ARGV[i + 3], 'x', ARGV[i + 4])
+      else
+        out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'k', 't',
+          'c', ARGV[i + 1], 'm', ARGV[i + 2], 'a', ARGV[i + 3], 'x', ARGV[i + 4],
+          'th', ARGV[i + 5])
+      end
+      admitted = admitted + 1
+    else
+      out[#out + 1] = false
+    end
+    key = key + 1
+    i = i + 6
+  else
+    out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'k', 'f',
+      'c', ARGV[i + 1], 's', ARGV[i + 2], 'mb', ARGV[i + 3], 'o', ARGV[i + 4])
+    answered = answered + 1
+    i = i + 5
+  end
+end
+if admitted > 0 then redis.call('HINCRBY', KEYS[2], 'admitted', admitted) end
+if answered > 0 then redis.call('HINCRBY', KEYS[2], 'answered', answered) end
+return out
+"""
+
+_Write = tuple[str | None, Sequence[str]]  # (dedup key of an admission or None, kind and values)
 
 
 class _Lost:
-    """The reply of a call whose pipeline got no answer (each caller raises its own error)."""
+    """The reply of a write whose call got no answer (each caller raises its own error)."""
 
     __slots__ = ("error",)
 
@@ -39,46 +85,60 @@ class _Lost:
 
 
 class _Batch:
-    """Calls sent in one pipeline; every caller waits on the batch's one event."""
+    """Writes sent together; every caller waits on the batch's one event."""
 
-    __slots__ = ("calls", "done", "replies")
+    __slots__ = ("done", "replies", "writes")
 
     def __init__(self) -> None:
-        self.calls: list[_Call] = []
+        self.writes: list[_Write] = []
         self.replies: list[Any] = []
         self.done = anyio.Event()
 
 
-class ScriptBatcher:
-    """Runs ``call(script, keys, args)`` for concurrent callers, a pipeline at a time."""
+class WriteBatcher:
+    """Runs ``write(seen_key, values)`` for concurrent callers, a batch at a time."""
 
     def __init__(
-        self, client: aioredis.Redis, *, unavailable: Callable[[Exception], Exception]
+        self,
+        client: aioredis.Redis,
+        *,
+        stream_key: str,
+        stats_key: str,
+        seen_ttl_ms: int,
+        max_len: int,
+        unavailable: Callable[[Exception], Exception],
     ) -> None:
         self._client = client
+        self._script = client.register_script(WRITE_MANY)
+        self._head = (stream_key, stats_key)
+        self._limits = (seen_ttl_ms, max_len)
         self._unavailable = unavailable  # builds the error every caller of a lost batch gets
         self._open: _Batch | None = None
         self._sending = False
         self.pipelines = 0  # round trips made (statistics for benchmarks and tests)
 
-    async def call(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def write(self, seen_key: str | None, values: Sequence[str]) -> Any:
+        """The new entry's stream id; ``None`` for an admission whose id was seen before.
+
+        ``values`` is the write's kind and values as ``WRITE_MANY`` takes them; ``seen_key``
+        is an admission's dedup key (``None`` for a frame)."""
         batch = self._open
         if batch is None:
             batch = self._open = _Batch()
-        index = len(batch.calls)
-        batch.calls.append((script, keys, args))
+        index = len(batch.writes)
+        batch.writes.append((seen_key, values))
         if not self._sending:
             self._sending = True
             try:
                 # every queued caller gets its reply even if this one is cancelled meanwhile
                 with anyio.CancelScope(shield=True):
                     while self._open is not None:
-                        # let the callers woken by the last reply queue their next calls, so
+                        # let the callers woken by the last reply queue their next writes, so
                         # batches grow with the load instead of alternating big and small
                         await anyio.lowlevel.checkpoint()
                         sending, self._open = self._open, None
                         if sending is not None:
-                            sending.replies = await self._send(sending.calls)
+                            sending.replies = await self._send(sending.writes)
                             sending.done.set()
             finally:
                 self._sending = False
@@ -87,29 +147,70 @@ class ScriptBatcher:
         if isinstance(reply, _Lost):
             raise self._unavailable(reply.error) from reply.error
         if isinstance(reply, Exception):
-            raise reply
+            # the callers of one failed call share its error: each raises its own copy
+            raise copy.copy(reply) from reply
         return reply
 
-    async def _send(self, calls: Sequence[_Call], *, retry: bool = True) -> list[Any]:
-        """The replies of ``calls`` in order: a value, or the exception for that call."""
-        pipe = self._client.pipeline(transaction=False)
-        for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+    def _call(self, writes: Sequence[_Write]) -> list[Any]:
+        """``EVALSHA`` arguments running ``writes`` in order."""
+        keys = list(self._head)
+        args: list[Any] = list(self._limits)
+        for seen_key, values in writes:
+            if seen_key is not None:
+                keys.append(seen_key)
+            args += values
+        return [self._script.sha, len(keys), *keys, *args]
+
+    async def _send(self, writes: Sequence[_Write], *, retry: bool = True) -> list[Any]:
+        """One reply per write, in order: a stream id, ``None``, or the call's exception."""
+        chunks = [writes[i : i + MAX_WRITES] for i in range(0, len(writes), MAX_WRITES)]
         self.pipelines += 1
         try:
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            if len(chunks) == 1:
+                try:
+                    answers: list[Any] = [await self._client.evalsha(*self._call(writes))]
+                except (NoScriptError, RedisConnectionError, RedisTimeoutError, OSError):
+                    raise
+                except Exception as error:  # this call's own error (e.g. WRONGTYPE)
+                    answers = [error]
+            else:
+                pipe = self._client.pipeline(transaction=False)
+                for chunk in chunks:
+                    pipe.evalsha(*self._call(chunk))
+                answers = await pipe.execute(raise_on_error=False)
+        except NoScriptError as error:
+            answers = [error]
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            return [_Lost(error)] * len(calls)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing and retry:
+            return [_Lost(error)] * len(writes)
+        if retry and any(isinstance(answer, NoScriptError) for answer in answers):
+            # a call answered NOSCRIPT ran nothing: load the script, send those calls again
             try:
-                for script in {id(calls[i][0]): calls[i][0] for i in missing}.values():
-                    script.sha = await self._client.script_load(script.script)
+                self._script.sha = await self._client.script_load(WRITE_MANY)
             except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-                for i in missing:
-                    replies[i] = _Lost(error)
-                return replies
-            again = await self._send([calls[i] for i in missing], retry=False)
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
+                answers = [
+                    _Lost(error) if isinstance(answer, NoScriptError) else answer
+                    for answer in answers
+                ]
+            else:
+                for index, answer in enumerate(answers):
+                    if isinstance(answer, NoScriptError):
+                        again = await self._send(chunks[index], retry=False)
+                        answers[index] = _Again(again)
+        replies: list[Any] = []
+        for chunk, answer in zip(chunks, answers, strict=True):
+            if isinstance(answer, _Again):
+                replies += answer.replies
+            elif isinstance(answer, Exception | _Lost):
+                replies += [answer] * len(chunk)
+            else:
+                replies += answer
         return replies
+
+
+class _Again:
+    """The replies of a chunk sent a second time after ``NOSCRIPT``."""
+
+    __slots__ = ("replies",)
+
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies = replies

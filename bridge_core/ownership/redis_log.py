@@ -9,18 +9,19 @@ Keys of channel ``C`` (all in one cluster slot through the ``{C}`` hash tag)::
     <prefix>:{C}:seen:<id>  an admitted platform message id (PX seen_ttl)
 
 Every write that must be atomic is one Lua script (ADR 0032): admission checks and sets the
-dedup key and appends the turn; a join appends its record, adds the member and returns the
-membership before it; a leave and the reaper remove the member and append the leave only if
-the member was still present, so each departure is recorded exactly once. ``since`` is the
-join entry's id time plus the settle delay, computed by readers from the entry (ADR 0031).
+dedup key and appends the turn (``redis_batch.WRITE_MANY``, with the frames); a join appends
+its record, adds the member and returns the membership before it; a leave and the reaper
+remove the member and append the leave only if the member was still present, so each
+departure is recorded exactly once. ``since`` is the join entry's id time plus the settle
+delay, computed by readers from the entry (ADR 0031).
 
 A record's ``seq`` is its stream id ``<ms>-<n>`` packed as ``ms << 20 | n`` (order-preserving)
 and its ``inserted_at`` is ``ms / 1000``: Redis keeps ids increasing even if its clock steps back.
 Each member reads with plain ``XREAD`` from its own cursor (every member sees every record).
 
 Admissions and frames made at the same time by different tasks of one process go to the
-server in one pipeline (``redis_batch.ScriptBatcher``, ADR 0120): one round trip for many
-scripts, each still atomic on its own.
+server in one script call (``redis_batch.WriteBatcher``, ADR 0130): one round trip and one
+command for many writes, run in the order they were made.
 """
 
 from __future__ import annotations
@@ -43,26 +44,13 @@ from bridge_core.ownership.log import (
     LogStatistics,
     LogUnavailable,
 )
-from bridge_core.ownership.redis_batch import ScriptBatcher
+from bridge_core.ownership.redis_batch import ADMIT, FRAME, WriteBatcher
 from bridge_core.provider import InboundMessage
 
 __all__ = ["RedisConversationLog", "seq_of", "stream_id_of"]
 
 _SEQ_BITS = 20
 _HISTORY_SCAN = 2000
-
-_ADMIT = """
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return false end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 3))
-redis.call('HINCRBY', KEYS[3], 'admitted', 1)
-return id
-"""
-
-_FRAME = """
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 2))
-redis.call('HINCRBY', KEYS[2], 'answered', 1)
-return id
-"""
 
 _JOIN = """
 local before = redis.call('HGETALL', KEYS[2])
@@ -143,13 +131,18 @@ class RedisConversationLog:
         self.heartbeat_key = f"{base}:hb"
         self.stats_key = f"{base}:stats"
         self.seen_prefix = f"{base}:seen:"
-        self._admit = client.register_script(_ADMIT)
-        self._frame = client.register_script(_FRAME)
         self._join = client.register_script(_JOIN)
         self._leave = client.register_script(_LEAVE)
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._reap = client.register_script(_REAP)
-        self._batch = ScriptBatcher(client, unavailable=self._lost)
+        self._batch = WriteBatcher(
+            client,
+            stream_key=self.stream_key,
+            stats_key=self.stats_key,
+            seen_ttl_ms=self.seen_ttl_ms,
+            max_len=max_len,
+            unavailable=self._lost,
+        )
 
     @classmethod
     async def connect(
@@ -204,14 +197,9 @@ class RedisConversationLog:
         conversation = make_conversation_id(
             message.channel, thread=message.thread, author=message.author
         )
-        fields = ["k", "t", "c", conversation, "m", message.message_id]
-        fields += ["a", message.author, "x", message.text]
-        if message.thread:
-            fields += ["th", message.thread]
-        entry_id = await self._batch.call(
-            self._admit,
-            [self.stream_key, self.seen_prefix + message.message_id, self.stats_key],
-            [self.seen_ttl_ms, self.max_len, *fields],
+        values = (ADMIT, conversation, message.message_id, message.author, message.text)
+        entry_id = await self._batch.write(
+            self.seen_prefix + message.message_id, (*values, message.thread or "")
         )
         if entry_id is None:
             return None
@@ -228,10 +216,8 @@ class RedisConversationLog:
         )
 
     async def record_frame(self, turn: Turn, member: str, obligation: str) -> Frame:
-        fields = ["k", "f", "c", turn.conversation, "s", str(turn.seq), "mb", member]
-        fields += ["o", obligation]
-        entry_id = await self._batch.call(
-            self._frame, [self.stream_key, self.stats_key], [self.max_len, *fields]
+        entry_id = await self._batch.write(
+            None, (FRAME, turn.conversation, str(turn.seq), member, obligation)
         )
         seq = seq_of(entry_id)
         at = (seq >> _SEQ_BITS) / 1000.0

@@ -12,6 +12,7 @@ import pytest
 
 from bridge_core.conversation import Turn
 from bridge_core.ownership import LogUnavailable
+from bridge_core.ownership.redis_batch import MAX_WRITES
 from bridge_core.ownership.redis_log import RedisConversationLog
 from bridge_core.provider import InboundMessage
 from bridge_core.testing.services import require_redis
@@ -104,3 +105,29 @@ async def test_a_dropped_connection_fails_every_waiting_call_as_log_unavailable(
     assert len(failures) == 4
     assert len({id(error) for error in failures}) == 4  # each caller raises its own error
     await log.aclose()
+
+
+async def test_a_batch_longer_than_one_call_after_a_script_flush_admits_each_id_once(
+    log: RedisConversationLog,
+) -> None:
+    """More concurrent writes than one script call takes (split into calls of MAX_WRITES in
+    one pipeline), with duplicates in and across calls, on a server that lost the script."""
+    await log.client.script_flush()
+    answers: list[tuple[str, Turn | None]] = []
+
+    async def admit(mid: str) -> None:
+        answers.append((mid, await log.admit(message(mid))))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(MAX_WRITES * 2 + 50):
+            tg.start_soon(admit, f"m{n % 200}")  # 106 ids admitted twice at once
+    turns = [turn for _mid, turn in answers if turn is not None]
+    assert len(answers) == MAX_WRITES * 2 + 50 and len(turns) == 200
+    assert sorted(turn.message_id for turn in turns) == sorted(f"m{n}" for n in range(200))
+    assert log._batch.pipelines < 20
+    records = await log.read(after_seq=0, limit=1000)
+    assert [record.seq for record in records] == sorted(turn.seq for turn in turns)
+    assert [r.message_id for r in records if isinstance(r, Turn)] == [
+        turn.message_id for turn in sorted(turns, key=lambda turn: turn.seq)
+    ]
+    assert (await log.statistics()).turns_admitted == 200
