@@ -127,10 +127,19 @@ class AgentGroupMember:
         self.view: GroupView | None = None
         self.current_id: str | None = None
         self.ready = anyio.Event()
-        self._limiter = anyio.CapacityLimiter(max_concurrent)
+        if max_concurrent < 1:
+            raise ValueError(
+                f"AgentGroupMember({member_id!r}): max_concurrent must be at least 1, "
+                f"got {max_concurrent}"
+            )
+        self.max_concurrent = max_concurrent
         self._stop = anyio.Event()
         self._done = anyio.Event()
+        # a conversation is in _queues while a worker holds it or it waits in _ready (once)
         self._queues: dict[str, deque[Turn]] = {}
+        self._ready: deque[str] = deque()
+        self._sleepers: deque[anyio.Event] = deque()  # idle workers, oldest first
+        self._workers = 0
         self._recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
         self._in_flight = 0
         self._idle: anyio.Event | None = None  # made only while stopping waits for it
@@ -217,6 +226,9 @@ class AgentGroupMember:
         self._done = anyio.Event()
         self._expelled = False
         self._queues.clear()
+        self._ready.clear()
+        self._sleepers.clear()
+        self._workers = 0  # the last incarnation's workers ended with its task group
         self._recent.clear()
         joined = await self.log.join(member, settle=self.settle)
         self.current_id = member
@@ -273,12 +285,13 @@ class AgentGroupMember:
         return view
 
     def _enqueue(self, tg: TaskGroup, turns: list[Turn]) -> None:
+        queues = self._queues
         for turn in turns:
-            queue = self._queues.get(turn.conversation)
+            queue = queues.get(turn.conversation)
             if queue is None:
-                queue = self._queues[turn.conversation] = deque()
-                queue.append(turn)
-                tg.start_soon(self._drain, turn.conversation, queue)
+                queues[turn.conversation] = deque((turn,))
+                self._ready.append(turn.conversation)
+                self._wake_worker(tg)
             elif not queue or turn.seq > queue[-1].seq:
                 queue.append(turn)
             else:
@@ -288,25 +301,51 @@ class AgentGroupMember:
                 queue.clear()
                 queue.extend(ordered)
 
-    async def _drain(self, conversation: str, queue: deque[Turn]) -> None:
-        try:
-            while queue and not self._done.is_set():
-                while not self.delivering:
-                    if self._done.is_set():
-                        return
-                    await anyio.sleep(self.heartbeat_interval / 4)
-                turn = queue.popleft()
-                async with self._limiter:
-                    self._in_flight += 1
-                    try:
-                        await self._deliver(turn)
-                    finally:
-                        self._in_flight -= 1
-                        if not self._in_flight and self._idle is not None:
-                            self._idle.set()
-        finally:
-            if self._queues.get(conversation) is queue:
-                del self._queues[conversation]
+    def _wake_worker(self, tg: TaskGroup) -> None:
+        """A conversation became ready: wake an idle worker, or start one below the limit.
+
+        At the limit every worker is busy, and each looks at ``_ready`` again after its turn.
+        """
+        if self._sleepers:
+            self._sleepers.popleft().set()
+        elif self._workers < self.max_concurrent:
+            self._workers += 1
+            tg.start_soon(self._worker)
+
+    async def _worker(self) -> None:
+        """Deliver turns of ready conversations, one turn at a time, until the member stops.
+
+        At most ``max_concurrent`` workers exist, so that many turns are in flight at most. A
+        worker holds one conversation while it delivers that conversation's turn (so each
+        conversation has one turn in flight, in log order), then puts it back at the end of
+        ``_ready`` if more are queued: conversations take turns, as they did waiting in line
+        for a limiter.
+        """
+        ready, queues = self._ready, self._queues
+        while not self._done.is_set():
+            if not ready:
+                wake = anyio.Event()
+                self._sleepers.append(wake)
+                await wake.wait()
+                continue
+            conversation = ready.popleft()
+            queue = queues[conversation]
+            while not self.delivering:
+                if self._done.is_set():
+                    return
+                await anyio.sleep(self.heartbeat_interval / 4)
+            turn = queue.popleft()
+            self._in_flight += 1
+            try:
+                await self._deliver(turn)
+            finally:
+                self._in_flight -= 1
+                if not self._in_flight and self._idle is not None:
+                    self._idle.set()
+                if queue:
+                    ready.append(conversation)
+                elif queues.get(conversation) is queue:
+                    del queues[conversation]
 
     async def _deliver(self, turn: Turn) -> None:
         self._counts.delivered += 1

@@ -168,7 +168,12 @@ class GroupView:
         return sum(len(entry.turns) for entry in self._pending.values())
 
     def _index(self, owner: str | None, conversation: str) -> None:
-        self._by_owner.setdefault(owner, set()).add(conversation)
+        # once per folded turn: no throwaway set() as setdefault's default
+        bucket = self._by_owner.get(owner)
+        if bucket is None:
+            self._by_owner[owner] = {conversation}
+        else:
+            bucket.add(conversation)
 
     def _unindex(
         self, conversation: str, entry: _Pending | None, owners: Iterable[str | None]
