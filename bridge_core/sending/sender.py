@@ -464,9 +464,10 @@ class ChannelSender:
         and then the work has left its queue. False: it stays queued for a later step, or it
         was answered (its ``begin`` raised)."""
         op = work.op
-        if isinstance(op, Post) and op.begin is not None:
+        if op.begin is not None:
             # ``begin`` (the ledger's claim, a database commit) runs once the gate says the send
-            # may go, so a post still waiting for its slot has not begun (ADR 0028). The send
+            # may go, so a post still waiting for its slot has not begun (ADR 0028); an edit's
+            # too (a streamed reply's final text is an edit of its partial message). The send
             # is then reserved after it: a grant must be used at once, or the sends it spaces
             # would reach the platform closer together than the budget allows.
             delay = await self._gate.peek(anyio.current_time(), priority=work.priority)

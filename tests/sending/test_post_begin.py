@@ -1,5 +1,6 @@
-"""``Post(begin=...)``: the caller's last word once its post's slot in the budget is free (the
-delivery ledger claims its reply there, ADR 0028). Virtual time, through the console transcript."""
+"""``Post(begin=...)`` and ``Edit(begin=...)``: the caller's last word once its send's slot in
+the budget is free (the delivery ledger claims its reply there, ADR 0028). Virtual time, through
+the console transcript."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from bridge_core.provider import RateLimited, SendBudget
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
-from bridge_core.sending import ChannelSender, Post
+from bridge_core.sending import ChannelSender, Edit, Post
 from bridge_core.testing.budget import read_transcript
 
 pytestmark = pytest.mark.anyio
@@ -141,3 +142,34 @@ async def test_begin_is_awaited_again_after_a_rate_limited_retry(
         await sender.send(Post("hello", begin=begin))
     assert calls == [0.0, 5.0]
     assert sent(tmp_path)[-1] == (5.0, "post", "hello")
+
+
+async def test_an_edit_begins_only_once_its_slot_is_free_and_before_its_call(
+    tmp_path: Path, console: ConsoleProvider
+) -> None:
+    # A streamed reply's final text is an edit of its partial message carrying the ledger's
+    # claim: the sender used to make the edit without awaiting it (the ledger claimed late).
+    began: list[tuple[float, int]] = []
+    async with ChannelSender(console, channel=C, budget=ONE_A_SECOND) as sender:
+        ref = await sender.send(Post("partial"))
+
+        async def begin() -> None:
+            began.append((anyio.current_time(), len(sent(tmp_path))))
+
+        await sender.send(Edit(ref, "final", begin=begin))
+    assert sent(tmp_path) == [(0.0, "post", "partial"), (1.0, "edit", "final")]
+    assert began == [(1.0, 1)]  # when its slot came, with the edit not yet made
+
+
+async def test_an_edit_whose_begin_raises_is_not_made(
+    tmp_path: Path, console: ConsoleProvider
+) -> None:
+    async def refuse() -> None:
+        raise Refused("claimed elsewhere")
+
+    async with ChannelSender(console, channel=C, budget=ONE_A_SECOND) as sender:
+        ref = await sender.send(Post("partial"))
+        with pytest.raises(Refused, match="claimed elsewhere"):
+            await sender.send(Edit(ref, "final", begin=refuse))
+        assert sender.healthy
+    assert sent(tmp_path) == [(0.0, "post", "partial")]
