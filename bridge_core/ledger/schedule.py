@@ -132,13 +132,16 @@ class Send:
     marked: bool
 
 
+_SENDS = (Send(marked=False), Send(marked=True))  # frozen: one of each serves every row
+
+
 def verdict_at_claim(row: Obligation, *, now: float, schedule: Schedule) -> Abandon | Send:
     """What a claim of ``row`` (read before the claim) must do: send it, or abandon it."""
     if now - row.created_at > schedule.freshness:
         return Abandon(f"older than the {schedule.freshness:.0f} s freshness bound")
     if spends_resend(row) and row.resends >= schedule.max_resends:
         return Abandon(f"resend budget spent ({row.resends} of {schedule.max_resends})")
-    return Send(marked=needs_marker(row.state, row.attempts))
+    return _SENDS[needs_marker(row.state, row.attempts)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

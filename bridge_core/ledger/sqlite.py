@@ -27,9 +27,11 @@ from bridge_core.ledger.rows import (
 from bridge_core.ledger.sqlmerged import (
     ClaimItem,
     ClaimResult,
+    DeliveredItem,
     HeldItem,
     HeldResult,
     MergedClaims,
+    MergedDelivered,
     MergedHeldUpdates,
     MergedRecords,
 )
@@ -150,6 +152,7 @@ class SQLiteLedgerStore:
         self._records = MergedRecords(self._owner)
         self._claims = MergedClaims(self._owner, self._forget_live)
         self._held = MergedHeldUpdates(self._owner)
+        self._delivered = MergedDelivered(self._owner)
         # Rows as this store last wrote or read them, so a claim or a held update that follows
         # needs only the id back instead of the whole row (event loop thread only; bounded).
         self._known: dict[str, Obligation] = {}
@@ -347,13 +350,17 @@ class SQLiteLedgerStore:
         self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
     ) -> list[bool]:
         # One call of the writer for them all, as ``claim_many``; a delivered row is final, so
-        # nothing of it is kept or rebuilt here.
-        prepared = [
-            self._held_item(oid, fence, now, ref=ref, state=State.DELIVERED)[0]
-            for oid, fence, ref in items
-        ]
-        settled = await self.writer.call_merged_many(self._held, prepared)
-        return [result is not None for result in settled]
+        # nothing of it is kept or rebuilt here, and only whether each settled comes back.
+        prepared: list[DeliveredItem] = []
+        for oid, fence, ref in items:
+            known = self._recall(oid, fence)  # as in ``_held_item``: the row as claimed here
+            if known is not None and (
+                known.state is not State.ATTEMPTING or known.owner != self._owner
+            ):
+                known = None
+            created_at = None if known is None else known.created_at
+            prepared.append((oid, fence, now, ref.channel, ref.message_id, ref.thread, created_at))
+        return await self.writer.call_merged_many(self._delivered, prepared)
 
     async def _held_update(
         self,

@@ -26,7 +26,9 @@ __all__ = [
     "ClaimResult",
     "HeldItem",
     "HeldResult",
+    "DeliveredItem",
     "MergedClaims",
+    "MergedDelivered",
     "MergedHeldUpdates",
     "MergedRecords",
 ]
@@ -48,6 +50,9 @@ def rounds(
 ) -> Iterator[list[tuple[int, T]]]:
     """``(index, item)`` in statements of at most ``size`` items, each id once per statement
     (a repeated id waits for a later statement)."""
+    if len(items) <= size and len({key(item) for item in items}) == len(items):
+        yield list(enumerate(items))  # the common case: one statement, no id twice
+        return
     pending = list(enumerate(items))
     while pending:
         seen: set[str] = set()
@@ -67,6 +72,26 @@ def rounds(
 def _values(rows: int, width: int) -> str:
     row = "(" + ", ".join("?" * width) + ")"
     return ", ".join([row] * rows)
+
+
+def _changed_ids(
+    conn: sqlite3.Connection, statement: str, params: Sequence[Any], expected: int
+) -> set[str] | None:
+    """The ids ``statement`` (an ``UPDATE … FROM (VALUES …)`` of ``expected`` distinct ids)
+    changed, or ``None`` when it changed a row for every one of them.
+
+    ``RETURNING`` costs about as much as the update itself (500 rows: 5.1 ms with it, 2.4 ms
+    without), and in a sweep nearly every item matches; so the statement runs without it,
+    and only when it changed fewer rows than items is it undone (to the savepoint, inside the
+    writer's transaction) and run again with it, to say which. Nothing else runs between the
+    two, so the second run sees what the first did."""
+    conn.execute("SAVEPOINT counted")
+    if conn.execute(statement, params).rowcount == expected:
+        conn.execute("RELEASE counted")
+        return None
+    conn.execute("ROLLBACK TO counted")
+    conn.execute("RELEASE counted")
+    return {found[0] for found in conn.execute(f"{statement} RETURNING ledger.id", params)}
 
 
 class MergedRecords:
@@ -187,26 +212,28 @@ class MergedClaims:
                 for _, item in part:
                     params += item[:3] if full else item
                 params.append(self.owner)
-                claimed = {
-                    row[0]: row
-                    for row in conn.execute(
-                        "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
-                        "attempts = attempts + 1, resends = resends + "
-                        "CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
-                        "penalty = 0, next_attempt_at = NULL, updated_at = c.column3 "
-                        f"FROM (VALUES {_values(len(part), 3 if full else 4)}) AS c "
-                        "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
-                        f"{'' if full else 'AND ledger.created_at = c.column4 '}"
-                        f"AND ledger.state IN {_OPEN} AND (ledger.owner IS NULL "
-                        "OR ledger.owner = ? OR NOT owner_alive(ledger.owner)) "
-                        f"{_RETURNING if full else 'RETURNING ledger.id'}",
-                        params,
-                    )
-                }
+                statement = (
+                    "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
+                    "attempts = attempts + 1, resends = resends + "
+                    "CASE WHEN attempts > 0 AND NOT penalty THEN 1 ELSE 0 END, "
+                    "penalty = 0, next_attempt_at = NULL, updated_at = c.column3 "
+                    f"FROM (VALUES {_values(len(part), 3 if full else 4)}) AS c "
+                    "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                    f"{'' if full else 'AND ledger.created_at = c.column4 '}"
+                    f"AND ledger.state IN {_OPEN} AND (ledger.owner IS NULL "
+                    "OR ledger.owner = ? OR NOT owner_alive(ledger.owner))"
+                )
+                if not full:  # known rows: only which were claimed comes back
+                    ids = _changed_ids(conn, statement, params, len(part))
+                    for index, item in part:
+                        if ids is None or item[0] in ids:
+                            results[index] = True
+                    continue
+                claimed = {row[0]: row for row in conn.execute(f"{statement} {_RETURNING}", params)}
                 for index, item in part:
                     row = claimed.get(item[0])
                     if row is not None:
-                        results[index] = to_obligation(row) if full else True
+                        results[index] = to_obligation(row)
         return results
 
 
@@ -246,4 +273,45 @@ class MergedHeldUpdates:
                     row = changed.get(item[0])
                     if row is not None:
                         results[index] = to_obligation(row) if full else (row[1], row[2], row[3])
+        return results
+
+
+DeliveredItem = tuple[str, int, float, str, str, str | None, float | None]
+"""id, fence, now, the last part's ref (channel, message id, thread), the row's ``created_at``
+when the caller knows the row (``None``: any row of that id)."""
+
+
+class MergedDelivered:
+    """``settle(state=DELIVERED, ref=…)`` for many rows, with only whether each settled back:
+    a batched sweep's settles (``mark_delivered``), a delivered row being final. The conditions
+    and the changes are the held update's for that settle, row by row (this owner, the fence it
+    holds, ``attempting``; ``next_attempt_at`` cleared, ``penalty`` off, ``last_error`` kept,
+    the ref appended), in a statement that binds seven values a row instead of twelve and tells
+    only whether each row settled (``_changed_ids``)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def run_many(self, conn: sqlite3.Connection, items: Sequence[DeliveredItem]) -> list[bool]:
+        results = [False] * len(items)
+        for chunk in rounds(items, lambda item: item[0]):
+            params: list[Any] = []
+            for _, item in chunk:
+                params += item
+            params.append(self.owner)
+            settled = _changed_ids(
+                conn,
+                "UPDATE ledger SET updated_at = c.column3, state = 'delivered', "
+                "next_attempt_at = NULL, penalty = 0, delivered = json_insert("
+                "CASE WHEN delivered = '' THEN '[]' ELSE delivered END, '$[#]', "
+                "json_array(c.column4, c.column5, c.column6)) "
+                f"FROM (VALUES {_values(len(chunk), 7)}) AS c "
+                "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
+                "AND (c.column7 IS NULL OR ledger.created_at = c.column7) "
+                "AND ledger.owner = ? AND ledger.state = 'attempting'",
+                params,
+                len(chunk),
+            )
+            for index, item in chunk:
+                results[index] = settled is None or item[0] in settled
         return results
