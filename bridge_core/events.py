@@ -24,6 +24,7 @@ from bridge_core.errors import BridgeError
 from bridge_core.text import find_invalid_text
 
 __all__ = [
+    "EVENT_KINDS",
     "NOTIFYING_KINDS",
     "AgentFinished",
     "AgentGone",
@@ -208,6 +209,9 @@ def _status_changed(agent: str, workspace: str, at: float | None, status: str) -
 if _status_changed("a", "w", None, "s") != StatusChanged("a", "w", None, "s"):
     raise TypeError("_status_changed does not make a StatusChanged")  # pragma: no cover
 
+
+EVENT_KINDS: frozenset[str] = frozenset(_KNOWN)
+"""Every kind a fleet sends that has its own event class (not ``UnknownEvent``'s)."""
 
 NOTIFYING_KINDS: frozenset[str] = frozenset(
     {"AgentSpawned", "StatusChanged", "AgentFinished", "AgentGone"}

@@ -21,10 +21,23 @@ from bridge_core.config import (
     ConfigError,
     Secret,
     config_path,
+    known_event_kinds,
     load_config,
     masked,
     parse_config,
     resolve_budget,
+)
+from bridge_core.events import (
+    AgentFinished,
+    AgentGone,
+    AgentInit,
+    AgentSpawned,
+    Output,
+    RepoHealth,
+    StatusChanged,
+    StorePersistFailed,
+    ToolFinished,
+    ToolStarted,
 )
 from bridge_core.hookspecs import ProviderType, hookimpl
 from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
@@ -510,3 +523,29 @@ def test_a_plugins_budget_presets_resolve_and_an_unknown_one_lists_them() -> Non
     assert problems_of(caught) == {
         "profiles.p.budget": "unknown budget preset 'acmee'; expected one of acme, unlimited"
     }
+
+
+def test_the_kinds_a_filter_may_name_are_the_event_classes_kinds(
+    providers: ProviderRegistry,
+) -> None:
+    # "Unknown" is UnknownEvent's kind, no fleet's: a filter naming it is a typo to report.
+    fleet_events = (
+        AgentSpawned,
+        StatusChanged,
+        AgentFinished,
+        AgentGone,
+        Output,
+        ToolStarted,
+        ToolFinished,
+        AgentInit,
+        StorePersistFailed,
+        RepoHealth,
+    )
+    assert known_event_kinds() == {cls.kind for cls in fleet_events}
+    data = {
+        "profiles": {"p": {"provider": "console"}},
+        "channels": {"ops": {"profile": "p", "channel_id": "C", "kinds": ["Unknown"]}},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, providers=providers)
+    assert "unknown event kind(s) 'Unknown'" in problems_of(caught)["channels.ops.kinds"]
