@@ -1,7 +1,8 @@
 """A config is a boundary: whatever a TOML file can hold, at any key, gives a config or a
 ``ConfigError`` naming where it is wrong, never another exception. Values are drawn over full
 Unicode (lone surrogates, NUL, control characters), nested deeply, at the keys this round
-changed (a budget preset's name, now checked against the registry's presets) and beside them."""
+changed (a budget preset's name, now checked against the registry's presets; a channel's event
+kinds, now read from the event classes) and beside them."""
 
 from __future__ import annotations
 
@@ -43,13 +44,15 @@ def _registry() -> ProviderRegistry:
 REGISTRY = _registry()
 
 
-def _parses_or_names_the_key(data: dict[str, Any]) -> None:
+def _parses_or_names_the_key(data: dict[str, Any], *, under: str = "profiles") -> None:
     try:
         parse_config(data, providers=REGISTRY)
     except ConfigError as error:
         assert error.problems, "a ConfigError names at least one problem"
         for problem in error.problems:
-            assert problem.key.startswith("profiles"), (problem.key, problem.message)
+            # too deep a value is refused at its section, with the path in the message
+            where = problem.key if problem.key.startswith(under) else problem.message
+            assert under in where, (problem.key, problem.message)
             assert problem.message, problem.key
 
 
@@ -66,4 +69,17 @@ def test_any_preset_name_and_keys_beside_it(name: str, extra: dict[str, Any]) ->
     _parses_or_names_the_key({"profiles": {"p": {"provider": "console", "budget": budget}}})
     _parses_or_names_the_key(
         {"profiles": {"p": {"provider": "console", "settings": {"budget": name}}}}
+    )
+
+
+@settings(max_examples=150)
+@given(kinds=VALUES | DEEP | st.lists(TEXT, max_size=5))
+def test_any_value_as_a_channels_event_kinds_is_a_config_or_an_error_at_its_key(
+    kinds: Any,
+) -> None:
+    # The kinds a filter may name come from the event classes since this round (not "Unknown").
+    channel = {"profile": "p", "channel_id": "C", "kinds": kinds}
+    _parses_or_names_the_key(
+        {"profiles": {"p": {"provider": "console"}}, "channels": {"ops": channel}},
+        under="channels.ops",
     )
