@@ -33,6 +33,7 @@ the traffic with the sender (keys, outcomes, refusals).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -112,6 +113,7 @@ class Notifier:
         self._agents: dict[str, TrackedAgent] = {}
         self._finished: dict[str, float] = {}
         self._wake: anyio.Event | None = None
+        self._holds_ended = False
         self._outbox = Outbox(channel, sender, thread=thread)
         # Bound once, so the hot path reaches the sender with no more lookups than a method of
         # its own would cost.
@@ -254,6 +256,15 @@ class Notifier:
 
     # ------------------------------------------------------------------ timers
 
+    def end_holds(self) -> None:
+        """No more spawns will come (the gateway is stopping): end every hold now, so each
+        group formed so far becomes its summary or its agents' own messages, instead of the
+        stop waiting out holds that can no longer gather anyone. Spawns after this are not
+        held either."""
+        self._holds_ended = True
+        if self._wake is not None:
+            self._wake.set()
+
     async def run(self) -> None:
         """Fire hold timers and forget old finished agents; run it beside the sender."""
         self._wake = anyio.Event()
@@ -261,7 +272,7 @@ class Notifier:
         try:
             while True:
                 now = anyio.current_time()
-                self._bursts.expire(now)
+                self._bursts.expire(math.inf if self._holds_ended else now)
                 if now >= next_prune:
                     self._forget(now)
                     next_prune = now + self.config.forget_after
@@ -290,7 +301,7 @@ class Notifier:
         agent.slot.edit_text = lambda: self._render_agent(agent, post=False)
         agent.slot.outcome = lambda result: self._agent_outcome(agent, result)
         self._agents[event.agent] = agent
-        if self._bursts.place(agent, now) and self._wake is not None:
+        if (self._bursts.place(agent, now) or self._holds_ended) and self._wake is not None:
             self._wake.set()
         return agent
 

@@ -273,6 +273,8 @@ class Gateway:
             for channel in self.channels.values():
                 if channel.member is not None:
                     channel.member.stop()
+                if channel.notifier is not None:
+                    channel.notifier.end_holds()  # no spawn can join them now
             if self.agent_sockets is not None:
                 with anyio.move_on_after(self.options.grace):
                     await self.agent_sockets.aclose()

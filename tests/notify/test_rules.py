@@ -340,3 +340,25 @@ async def test_replies_and_notifications_share_one_budget(open_channel) -> None:
     assert replied_at == 10.0 and len(at_ten) == 3 and at_ten[0].text == "reply to Ana"
     assert all(e.op == "edit" for e in at_ten[1:])
     assert_paced(entries, SLACK_BUDGET)
+
+
+async def test_ending_the_holds_at_stop_decides_each_group_now(open_channel) -> None:
+    """At a graceful stop no spawn can join a hold any more, so waiting it out only spends the
+    grace period: ``end_holds`` settles every group as it stands, and a later spawn (an agent
+    still finishing its turn) is not held either."""
+    async with open_channel(budget=DISCORD_BUDGET) as ch:
+        for n in range(5):
+            ch.notifier.handle(AgentSpawned(f"b{n}", "big"))
+        ch.notifier.handle(AgentSpawned("lone", "small"))
+        await anyio.sleep_until(0.5)
+        ch.notifier.end_holds()
+        await anyio.sleep_until(0.75)
+        ch.notifier.handle(AgentSpawned("after", "other"))
+        await ch.until_idle()
+        entries = ch.entries()
+    posts = [(e.t, e.text) for e in entries if e.op == "post"]
+    assert len(posts) == 3, posts
+    assert all(t < 2.0 for t, _ in posts), posts  # the hold is 2 s: none was waited out
+    assert sum("5 agents in [big]" in text for _, text in posts) == 1
+    assert sum("lone" in text and "running" in text for _, text in posts) == 1
+    assert sum("after" in text and "running" in text for _, text in posts) == 1
