@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from bridge_core.conversation import obligation_id
 from bridge_core.errors import BridgeError
+from bridge_core.ledger.frozen import quick_init
 from bridge_core.provider import MessageRef
 
 __all__ = [
@@ -134,6 +135,7 @@ class Reply:
         )
 
 
+@quick_init  # built several times a reply: see frozen.py
 @dataclass(frozen=True, slots=True)
 class Obligation:
     """One ledger row.
@@ -180,6 +182,7 @@ class Obligation:
         )
 
 
+@quick_init  # built several times a reply: see frozen.py
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One part of a reply, handed to the delivery function.

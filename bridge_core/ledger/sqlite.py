@@ -344,7 +344,9 @@ class SQLiteLedgerStore:
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
     ) -> Obligation | None:
-        return await self._held_update(obligation_id, fence, now, ref=ref)
+        item, known = self._held_item(obligation_id, fence, now, ref=ref)
+        result = await self.writer.call_merged(self._held, item)
+        return self._held_result(known, result, now, ref=ref)
 
     async def mark_delivered(
         self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
@@ -361,39 +363,6 @@ class SQLiteLedgerStore:
             created_at = None if known is None else known.created_at
             prepared.append((oid, fence, now, ref.channel, ref.message_id, ref.thread, created_at))
         return await self.writer.call_merged_many(self._delivered, prepared)
-
-    async def _held_update(
-        self,
-        obligation_id: str,
-        fence: int,
-        now: float,
-        *,
-        ref: MessageRef | None,
-        state: State | None = None,
-        next_attempt_at: float | None = None,
-        penalty: bool = False,
-        last_error: str | None = None,
-    ) -> Obligation | None:
-        item, known = self._held_item(
-            obligation_id,
-            fence,
-            now,
-            ref=ref,
-            state=state,
-            next_attempt_at=next_attempt_at,
-            penalty=penalty,
-            last_error=last_error,
-        )
-        result = await self.writer.call_merged(self._held, item)
-        return self._held_result(
-            known,
-            result,
-            now,
-            ref=ref,
-            state=state,
-            next_attempt_at=next_attempt_at,
-            penalty=penalty,
-        )
 
     def _held_item(
         self,
@@ -478,7 +447,8 @@ class SQLiteLedgerStore:
         last_error: str | None = None,
         ref: MessageRef | None = None,
     ) -> Obligation | None:
-        return await self._held_update(
+        # No coroutine in between: the settle is awaited once a reply (see call_merged).
+        item, known = self._held_item(
             obligation_id,
             fence,
             now,
@@ -487,6 +457,16 @@ class SQLiteLedgerStore:
             next_attempt_at=next_attempt_at,
             penalty=penalty,
             last_error=last_error,
+        )
+        result = await self.writer.call_merged(self._held, item)
+        return self._held_result(
+            known,
+            result,
+            now,
+            ref=ref,
+            state=state,
+            next_attempt_at=next_attempt_at,
+            penalty=penalty,
         )
 
     async def prove_claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:

@@ -159,7 +159,18 @@ class SQLiteWriter:
 
     async def call_merged(self, kind: Merged[I_contra, T], item: I_contra) -> T:
         """Queue ``item`` for ``kind.run_many``; returns its result."""
-        return await self._submit(_Call(None, kind, item))
+        # ``_submit`` inlined: this is awaited once or twice a reply, and every coroutine
+        # between the caller and the future is one more frame to create, and to resume and
+        # unwind when the writer's batch wakes it.
+        pending: _Call[T] = _Call(None, kind, item)
+        self._enqueue(pending)
+        if pending.future is not None:
+            await pending.future
+        else:
+            await pending.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result  # type: ignore[return-value]
 
     async def call_merged_many(
         self, kind: Merged[I_contra, T], items: Sequence[I_contra]
@@ -172,6 +183,13 @@ class SQLiteWriter:
         return await self._submit(call)
 
     async def _submit(self, pending: _Call[T]) -> T:
+        self._enqueue(pending)
+        await pending.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result  # type: ignore[return-value]
+
+    def _enqueue(self, pending: _Call[Any]) -> None:
         if not self._running:  # a flag, not Thread.is_alive(): that takes a lock every call
             raise RuntimeError(f"the SQLite writer for {self.path} is not running")
         loop = pending.loop
@@ -183,10 +201,6 @@ class SQLiteWriter:
                 self._gathering[loop] = gathering = []
                 loop.call_soon(self._hand_over, loop)
             gathering.append(pending)
-        await pending.wait()
-        if pending.error is not None:
-            raise pending.error
-        return pending.result  # type: ignore[return-value]
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         self._queue.put(self._gathering.pop(loop))
@@ -267,12 +281,16 @@ class SQLiteWriter:
                 break
         self.batches += 1
         self.calls += len(batch)
+        loop = batch[0].loop
+        if loop is not None and all(call.loop is loop for call in batch):
+            _schedule_wake(batch)  # the usual case, one event loop: no grouping a call
+            return
         by_loop: dict[int, list[_Call[Any]]] = {}
         for call in batch:
-            loop: object = call.loop if call.loop is not None else call.token
+            owner: object = call.loop if call.loop is not None else call.token
             if call.token is not None:
-                loop = call.token.native_token
-            by_loop.setdefault(id(loop), []).append(call)
+                owner = call.token.native_token
+            by_loop.setdefault(id(owner), []).append(call)
         for calls in by_loop.values():
             _schedule_wake(calls)
 
