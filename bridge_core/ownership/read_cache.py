@@ -59,15 +59,16 @@ class ReadCache:
         if complete:
             self._verified_at = anyio.current_time()
 
-    def wrote(self, prev_seq: int, created: list[LogRecord]) -> None:
-        """Our commit appended ``created`` after the channel's record ``prev_seq``."""
+    def wrote(self, prev_seq: int, created: list[LogRecord], *, now: float) -> None:
+        """Our commit appended ``created`` after the channel's record ``prev_seq``; ``now`` is
+        the loop's clock (the writer's callback runs outside any task)."""
         if self._after is None and not created:
             return
         if self._after is None:
             self._records, self._after, self._end = [], prev_seq, prev_seq
         if prev_seq == self._end:
             self._extend(created)
-            self._verified_at = anyio.current_time()
+            self._verified_at = now
         else:
             # another handle wrote this channel in between: from now on "nothing newer" is
             # always checked against the file

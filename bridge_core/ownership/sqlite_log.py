@@ -1,10 +1,11 @@
 """The embedded conversation log: SQLite tables ``log_*`` in the gateway's one database file.
 
 One writer: every write of this handle (admissions, frames, joins, leaves, heartbeats, reaps)
-is queued and the first waiting caller commits the whole queue in one ``BEGIN IMMEDIATE``
-transaction in a worker thread (group commit), each write in its own savepoint so one failure
-does not undo the others. The file is in WAL mode with ``synchronous=FULL``: an admitted turn
-survives a power cut, and a turn admitted but not answered before a crash is answered after it.
+is queued and the handle's writer thread commits everything queued in one ``BEGIN IMMEDIATE``
+transaction (group commit, ``sqlite_commit.py``); a write that fails sends its batch through
+again with one savepoint per write, so one failure does not undo the others. The file is in WAL
+mode with ``synchronous=FULL``: an admitted turn survives a power cut, and a turn admitted but
+not answered before a crash is answered after it.
 
 ``inserted_at`` is the writer's wall clock read under the write lock, never less than the
 channel's previous record, so it is monotonic even if the clock steps back. Admission checks
@@ -17,12 +18,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
-import anyio.lowlevel
 
 from bridge_core.conversation import Frame, Join, Leave, LeaveReason, LogRecord, Turn
 from bridge_core.conversation import conversation_id as make_conversation_id
@@ -36,6 +35,7 @@ from bridge_core.ownership.log import (
     LogUnavailable,
 )
 from bridge_core.ownership.read_cache import ReadCache
+from bridge_core.ownership.sqlite_commit import LogTx, LogWriter
 from bridge_core.provider import InboundMessage
 
 __all__ = ["SCHEMA", "SqliteConversationLog"]
@@ -89,6 +89,8 @@ _COLUMNS = (
     "answers_seq, member, obligation, since, reason"
 )
 _PRUNE_EVERY = 1000
+_IDS_PER_STATEMENT = 500  # well under SQLite's 32,766 variables
+_TURN_COLUMNS = ("conversation", "message_id", "author", "body", "thread")
 
 
 def _record(row: tuple[Any, ...]) -> LogRecord:
@@ -103,79 +105,82 @@ def _record(row: tuple[Any, ...]) -> LogRecord:
     return Leave(channel, seq, at, member, LeaveReason(reason))
 
 
-class _Tx:
-    """What a queued write sees: the connection and the log's clock for this channel."""
+class _Admission:
+    """One admission: the dedup check of ``log_seen`` and the append of its turn, in the same
+    transaction; concurrent admissions of one commit run together (``many``), in its order."""
 
-    def __init__(self, conn: sqlite3.Connection, channel: str, clock: Callable[[], float]) -> None:
-        self.conn = conn
-        self.channel = channel
-        self._clock = clock
-        self._last: float | None = None
-        self.prev_seq = 0  # the channel's last seq before this transaction's first insert
-        self.created: list[LogRecord] = []
-        self.pruned = False
-        self.defer_counts = False
-        self.counts: dict[str, int] = {}
+    __slots__ = ("conversation", "log", "message", "prune")
 
-    @property
-    def loaded(self) -> bool:
-        """Whether ``prev_seq`` was read (every write that appends or admits reads it)."""
-        return self._last is not None
+    def __init__(
+        self, log: SqliteConversationLog, message: InboundMessage, conversation: str, prune: bool
+    ) -> None:
+        self.log = log
+        self.message = message
+        self.conversation = conversation
+        self.prune = prune  # prune old ids and records first (every ``prune_every`` admissions)
 
-    def now(self) -> float:
-        if self._last is None:
-            row = self.conn.execute(
-                "SELECT seq, inserted_at FROM log_records WHERE channel = ? "
-                "ORDER BY seq DESC LIMIT 1",
-                (self.channel,),
-            ).fetchone()
-            self.prev_seq, self._last = row if row else (0, 0.0)
-        self._last = max(self._clock(), self._last)
-        return self._last
+    def __call__(self, tx: LogTx) -> Turn | None:
+        return self.many(tx, [self])[0]
 
-    def insert(self, kind: str, *, at: float | None = None, **values: Any) -> tuple[int, float]:
-        at = self.now() if at is None else at
-        names = ", ".join(("channel", "kind", "inserted_at", *values))
-        marks = ", ".join("?" * (3 + len(values)))
-        cursor = self.conn.execute(
-            f"INSERT INTO log_records ({names}) VALUES ({marks})",
-            (self.channel, kind, at, *values.values()),
-        )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid, at
-
-    def count(self, column: str) -> None:
-        if self.defer_counts:
-            self.counts[column] = self.counts.get(column, 0) + 1
-        else:
-            self._add(column, 1)
-
-    def flush_counts(self) -> None:
-        for column, n in self.counts.items():
-            self._add(column, n)
-        self.counts.clear()
-
-    def _add(self, column: str, n: int) -> None:
-        self.conn.execute(
-            f"INSERT INTO log_counters (channel, {column}) VALUES (?, ?) "
-            f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + excluded.{column}",
-            (self.channel, n),
-        )
-
-
-@dataclass(eq=False, slots=True)
-class _Write:
-    op: Callable[[_Tx], Any]
-    result: Any = None
-    error: BaseException | None = None
-
-
-@dataclass(eq=False, slots=True)
-class _Queue:
-    """The writes of one group commit; their callers all wait on its one event."""
-
-    writes: list[_Write] = field(default_factory=list)
-    done: anyio.Event = field(default_factory=anyio.Event)
+    @staticmethod
+    def many(tx: LogTx, ops: Sequence[_Admission]) -> list[Turn | None]:
+        """Admit each of ``ops`` in order: a message id already seen, in the log or earlier in
+        ``ops``, gives ``None``; every other gets its turn. Four statements for the lot."""
+        log, conn, channel = ops[0].log, tx.conn, tx.channel
+        now = tx.now()
+        if any(op.prune for op in ops):
+            conn.execute("DELETE FROM log_seen WHERE seen_at < ?", (now - log.seen_ttl,))
+            conn.execute(
+                "DELETE FROM log_records WHERE channel = ? AND inserted_at < ?",
+                (channel, now - log.retention),
+            )
+            tx.pruned = True
+        ids = [op.message.message_id for op in ops]
+        seen: set[str] = set()
+        for start in range(0, len(ids), _IDS_PER_STATEMENT):
+            asked = ids[start : start + _IDS_PER_STATEMENT]
+            marks = ", ".join("?" * len(asked))
+            seen.update(
+                row[0]
+                for row in conn.execute(
+                    "SELECT message_id FROM log_seen WHERE channel = ? AND message_id IN "
+                    f"({marks})",
+                    (channel, *asked),
+                )
+            )
+        fresh: list[int] = []  # indexes into ops of the first sighting of each new id
+        for index, message_id in enumerate(ids):
+            if message_id not in seen:
+                seen.add(message_id)
+                fresh.append(index)
+        out: list[Turn | None] = [None] * len(ops)
+        if not fresh:
+            return out
+        for start in range(0, len(fresh), _IDS_PER_STATEMENT):
+            new = fresh[start : start + _IDS_PER_STATEMENT]
+            values: list[Any] = []
+            for index in new:
+                values += (channel, ids[index], now)
+            # plain INSERT: under the write lock an id the SELECT did not find is not there
+            conn.execute(
+                "INSERT INTO log_seen (channel, message_id, seen_at) VALUES "
+                + ", ".join(["(?, ?, ?)"] * len(new)),
+                values,
+            )
+        rows = []
+        for index in fresh:
+            message = ops[index].message
+            rows.append(
+                (ops[index].conversation, message.message_id, message.author, message.text,
+                 message.thread)
+            )  # fmt: skip
+        stamped = tx.insert_many("turn", _TURN_COLUMNS, rows)
+        for index, (seq, at), row in zip(fresh, stamped, rows, strict=True):
+            turn = Turn(channel, row[0], seq, at, row[1], row[2], row[3], row[4])
+            out[index] = turn
+            tx.created.append(turn)
+            tx.count("admitted")
+        return out
 
 
 class SqliteConversationLog:
@@ -197,19 +202,22 @@ class SqliteConversationLog:
         self.retention = retention
         self.poll_interval = poll_interval
         self._clock = clock
-        self._writer = writer
         self._reader = reader
-        self._write_lock = anyio.CapacityLimiter(1)
         self._read_lock = anyio.CapacityLimiter(1)
-        self._queue: _Queue | None = None
-        self._writing = False
-        self._changed = anyio.Event()
+        # made by a reader about to wait, set (and dropped) once per commit
+        self._changed: anyio.Event | None = None
         self._admits = 0
         self.prune_every = _PRUNE_EVERY  # admissions between prunes of old ids and records
-        self.commits = 0
         # members of this process read recent records from here, not each from the file
         self._cache = ReadCache(poll_interval)
         self.db_reads = 0
+        self._writer = LogWriter(
+            writer,
+            channel=channel,
+            clock=clock,
+            on_commit=self._committed,
+            after_wake=self._wake_readers,
+        )
 
     @classmethod
     async def open(
@@ -256,86 +264,24 @@ class SqliteConversationLog:
 
     # ------------------------------------------------------------------ group commit
 
-    async def _submit(self, op: Callable[[_Tx], T]) -> T:
-        write = _Write(op)
-        queue = self._queue
-        if queue is None:
-            queue = self._queue = _Queue()
-        queue.writes.append(write)
-        if not self._writing:
-            self._writing = True
-            try:
-                # the drain must finish for every queued caller, even if this one is cancelled
-                with anyio.CancelScope(shield=True):
-                    while self._queue is not None:
-                        # let the callers woken by the last commit queue their next writes, so
-                        # batches grow with the load instead of alternating big and small
-                        await anyio.lowlevel.checkpoint()
-                        batch, self._queue = self._queue, None
-                        tx = await anyio.to_thread.run_sync(
-                            self._commit, batch.writes, limiter=self._write_lock
-                        )
-                        if tx is not None and tx.pruned:
-                            self._cache.reset()  # it may hold pruned records
-                        if tx is not None and tx.loaded:
-                            self._cache.wrote(tx.prev_seq, tx.created)
-                        batch.done.set()  # one wake-up call for the whole commit
-                        self._changed.set()
-                        self._changed = anyio.Event()
-            finally:
-                self._writing = False
-        await queue.done.wait()
-        if write.error is not None:
-            raise write.error
-        result: T = write.result
-        return result
+    @property
+    def commits(self) -> int:
+        """Transactions committed by this handle's writer."""
+        return self._writer.commits
 
-    def _commit(self, batch: list[_Write]) -> _Tx | None:
-        """Commit ``batch`` in one transaction; returns the transaction's account, or ``None``
-        when the commit itself failed (every write then fails with ``LogUnavailable``)."""
-        conn = self._writer
-        tx = _Tx(conn, self.channel, self._clock)
-        tx.defer_counts = True
-        try:
-            # fast path: no savepoints; an op that fails sends the batch the careful way
-            conn.execute("BEGIN IMMEDIATE")
-            for item in batch:
-                item.result = item.op(tx)
-            tx.flush_counts()
-            conn.execute("COMMIT")
-            self.commits += 1
-            return tx
-        except Exception:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-        return self._commit_carefully(batch)
+    async def _submit(self, op: Callable[[LogTx], T]) -> T:
+        return await self._writer.submit(op)
 
-    def _commit_carefully(self, batch: list[_Write]) -> _Tx | None:
-        """One savepoint per write, so a failing write does not undo the others."""
-        conn = self._writer
-        tx = _Tx(conn, self.channel, self._clock)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for index, item in enumerate(batch):
-                conn.execute(f"SAVEPOINT w{index}")
-                created = len(tx.created)
-                try:
-                    item.result = item.op(tx)
-                except Exception as error:
-                    conn.execute(f"ROLLBACK TO w{index}")
-                    del tx.created[created:]
-                    item.error = error
-                conn.execute(f"RELEASE w{index}")
-            conn.execute("COMMIT")
-            self.commits += 1
-            return tx
-        except sqlite3.Error as error:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            failure = LogUnavailable(f"conversation log commit failed: {error}")
-            for item in batch:
-                item.result, item.error = None, failure
-            return None
+    def _committed(self, tx: LogTx | None, now: float) -> None:
+        if tx is not None and tx.pruned:
+            self._cache.reset()  # it may hold pruned records
+        if tx is not None and tx.loaded:
+            self._cache.wrote(tx.prev_seq, tx.created, now=now)
+
+    def _wake_readers(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -353,48 +299,10 @@ class SqliteConversationLog:
         )
         self._admits += 1
         prune = self._admits % self.prune_every == 0
-
-        def op(tx: _Tx) -> Turn | None:
-            now = tx.now()
-            if prune:
-                tx.conn.execute("DELETE FROM log_seen WHERE seen_at < ?", (now - self.seen_ttl,))
-                tx.conn.execute(
-                    "DELETE FROM log_records WHERE channel = ? AND inserted_at < ?",
-                    (self.channel, now - self.retention),
-                )
-                tx.pruned = True
-            cursor = tx.conn.execute(
-                "INSERT OR IGNORE INTO log_seen (channel, message_id, seen_at) VALUES (?, ?, ?)",
-                (self.channel, message.message_id, now),
-            )
-            if cursor.rowcount == 0:
-                return None
-            seq, at = tx.insert(
-                "turn",
-                conversation=conversation,
-                message_id=message.message_id,
-                author=message.author,
-                body=message.text,
-                thread=message.thread,
-            )
-            tx.count("admitted")
-            turn = Turn(
-                self.channel,
-                conversation,
-                seq,
-                at,
-                message.message_id,
-                message.author,
-                message.text,
-                message.thread,
-            )
-            tx.created.append(turn)
-            return turn
-
-        return await self._submit(op)
+        return await self._submit(_Admission(self, message, conversation, prune))
 
     async def record_frame(self, turn: Turn, member: str, obligation: str) -> Frame:
-        def op(tx: _Tx) -> Frame:
+        def op(tx: LogTx) -> Frame:
             seq, at = tx.insert(
                 "frame",
                 conversation=turn.conversation,
@@ -410,7 +318,7 @@ class SqliteConversationLog:
         return await self._submit(op)
 
     async def join(self, member: str, *, settle: float) -> JoinResult:
-        def op(tx: _Tx) -> JoinResult:
+        def op(tx: LogTx) -> JoinResult:
             before = dict(
                 tx.conn.execute(
                     "SELECT member, since FROM log_members WHERE channel = ?", (self.channel,)
@@ -430,7 +338,7 @@ class SqliteConversationLog:
         return await self._submit(op)
 
     @staticmethod
-    def _remove(tx: _Tx, member: str, since: float, reason: LeaveReason) -> Leave:
+    def _remove(tx: LogTx, member: str, since: float, reason: LeaveReason) -> Leave:
         tx.conn.execute(
             "DELETE FROM log_members WHERE channel = ? AND member = ?", (tx.channel, member)
         )
@@ -440,7 +348,7 @@ class SqliteConversationLog:
         return leave
 
     async def leave(self, member: str) -> Leave | None:
-        def op(tx: _Tx) -> Leave | None:
+        def op(tx: LogTx) -> Leave | None:
             row = tx.conn.execute(
                 "SELECT since FROM log_members WHERE channel = ? AND member = ?",
                 (self.channel, member),
@@ -452,7 +360,7 @@ class SqliteConversationLog:
         return await self._submit(op)
 
     async def heartbeat(self, member: str) -> bool:
-        def op(tx: _Tx) -> bool:
+        def op(tx: LogTx) -> bool:
             cursor = tx.conn.execute(
                 "UPDATE log_members SET beat_at = ? WHERE channel = ? AND member = ?",
                 (self._clock(), self.channel, member),
@@ -462,7 +370,7 @@ class SqliteConversationLog:
         return await self._submit(op)
 
     async def reap(self, *, expiry: float) -> list[Leave]:
-        def op(tx: _Tx) -> list[Leave]:
+        def op(tx: LogTx) -> list[Leave]:
             rows = tx.conn.execute(
                 "SELECT member, since FROM log_members WHERE channel = ? AND beat_at < ? "
                 "ORDER BY member",
@@ -488,6 +396,8 @@ class SqliteConversationLog:
         deadline = anyio.current_time() + wait
         while True:
             changed = self._changed
+            if changed is None:
+                changed = self._changed = anyio.Event()
             cached = self._cache.read(after_seq, limit)
             if cached is not None:
                 records = cached
@@ -543,8 +453,5 @@ class SqliteConversationLog:
         return await self._read(query)
 
     async def aclose(self) -> None:
-        def close() -> None:
-            self._writer.close()
-            self._reader.close()
-
-        await anyio.to_thread.run_sync(close, limiter=self._write_lock)
+        await self._writer.aclose()  # what is queued is committed first
+        await anyio.to_thread.run_sync(self._reader.close, limiter=self._read_lock)
