@@ -17,6 +17,7 @@ server first; a server that does not know the script (restarted, ``SCRIPT FLUSH`
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,25 +35,27 @@ FRAME = "f"
 MAX_WRITES = 128
 
 # KEYS: the stream, the stats hash, then one dedup key per admission (in order);
-# ARGV: seen ttl (ms), stream max length, then per write its kind and values:
+# ARGV: seen ttl (ms), stream max length, then every write's kind and values in order as one
+# JSON array (one argument for the client to pack, not one per value; cjson is built into
+# Redis's Lua), a write being
 #   'a', conversation, message id, author, text, thread ('' for none)
 #   'f', conversation, answered seq, member, obligation
 # the entries are the ones the per-write scripts of ADR 0120 appended, field for field.
 # Redis refuses a script's first write when it is out of memory, before anything changed;
 # the commands here fail after that only on keys of the wrong type, which breaks every write
 WRITE_MANY = """
-local out, key, i = {}, 3, 3
+local v = cjson.decode(ARGV[3])
+local out, key, i = {}, 3, 1
 local admitted, answered = 0, 0
-while i <= #ARGV do
-  if ARGV[i] == 'a' then
+while i <= #v do
+  if v[i] == 'a' then
     if redis.call('SET', KEYS[key], '1', 'NX', 'PX', ARGV[1]) then
-      if ARGV[i + 5] == '' then
+      if v[i + 5] == '' then
         out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'k', 't',
-          'c', ARGV[i + 1], 'm', ARGV[i + 2], 'a', ARGV[i + 3], 'x', ARGV[i + 4])
+          'c', v[i + 1], 'm', v[i + 2], 'a', v[i + 3], 'x', v[i + 4])
       else
         out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'k', 't',
-          'c', ARGV[i + 1], 'm', ARGV[i + 2], 'a', ARGV[i + 3], 'x', ARGV[i + 4],
-          'th', ARGV[i + 5])
+          'c', v[i + 1], 'm', v[i + 2], 'a', v[i + 3], 'x', v[i + 4], 'th', v[i + 5])
       end
       admitted = admitted + 1
     else
@@ -62,7 +65,7 @@ while i <= #ARGV do
     i = i + 6
   else
     out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'k', 'f',
-      'c', ARGV[i + 1], 's', ARGV[i + 2], 'mb', ARGV[i + 3], 'o', ARGV[i + 4])
+      'c', v[i + 1], 's', v[i + 2], 'mb', v[i + 3], 'o', v[i + 4])
     answered = answered + 1
     i = i + 5
   end
@@ -154,12 +157,13 @@ class WriteBatcher:
     def _call(self, writes: Sequence[_Write]) -> list[Any]:
         """``EVALSHA`` arguments running ``writes`` in order."""
         keys = list(self._head)
-        args: list[Any] = list(self._limits)
-        for seen_key, values in writes:
+        values: list[str] = []
+        for seen_key, write in writes:
             if seen_key is not None:
                 keys.append(seen_key)
-            args += values
-        return [self._script.sha, len(keys), *keys, *args]
+            values += write
+        packed = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+        return [self._script.sha, len(keys), *keys, *self._limits, packed]
 
     async def _send(self, writes: Sequence[_Write], *, retry: bool = True) -> list[Any]:
         """One reply per write, in order: a stream id, ``None``, or the call's exception."""
