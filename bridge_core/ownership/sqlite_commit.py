@@ -220,7 +220,10 @@ class LogWriter:
     async def submit(self, op: Callable[[LogTx], T]) -> T:
         if self._closed:
             raise LogUnavailable("the conversation log is closed")
-        native = anyio.lowlevel.current_token().native_token
+        try:
+            native: object = asyncio.get_running_loop()  # what anyio's token holds, cheaper
+        except RuntimeError:
+            native = anyio.lowlevel.current_token().native_token  # trio
         group = self._gathering.get(native)
         if group is None:
             group = self._gathering[native] = _group(native)

@@ -91,6 +91,7 @@ _COLUMNS = (
 _PRUNE_EVERY = 1000
 _IDS_PER_STATEMENT = 500  # well under SQLite's 32,766 variables
 _TURN_COLUMNS = ("conversation", "message_id", "author", "body", "thread")
+_FRAME_COLUMNS = ("conversation", "answers_seq", "member", "obligation")
 
 
 def _record(row: tuple[Any, ...]) -> LogRecord:
@@ -180,6 +181,32 @@ class _Admission:
             out[index] = turn
             tx.created.append(turn)
             tx.count("admitted")
+        return out
+
+
+class _Answer:
+    """One frame (a member's answer to a turn); concurrent frames of one commit are appended
+    together (``many``), in its order."""
+
+    __slots__ = ("member", "obligation", "turn")
+
+    def __init__(self, turn: Turn, member: str, obligation: str) -> None:
+        self.turn = turn
+        self.member = member
+        self.obligation = obligation
+
+    def __call__(self, tx: LogTx) -> Frame:
+        return self.many(tx, [self])[0]
+
+    @staticmethod
+    def many(tx: LogTx, ops: Sequence[_Answer]) -> list[Frame]:
+        rows = [(op.turn.conversation, op.turn.seq, op.member, op.obligation) for op in ops]
+        out = []
+        for row, (seq, at) in zip(rows, tx.insert_many("frame", _FRAME_COLUMNS, rows), strict=True):
+            frame = Frame(tx.channel, row[0], seq, at, row[1], row[2], row[3])
+            out.append(frame)
+            tx.created.append(frame)
+            tx.count("answered")
         return out
 
 
@@ -302,20 +329,7 @@ class SqliteConversationLog:
         return await self._submit(_Admission(self, message, conversation, prune))
 
     async def record_frame(self, turn: Turn, member: str, obligation: str) -> Frame:
-        def op(tx: LogTx) -> Frame:
-            seq, at = tx.insert(
-                "frame",
-                conversation=turn.conversation,
-                answers_seq=turn.seq,
-                member=member,
-                obligation=obligation,
-            )
-            tx.count("answered")
-            frame = Frame(self.channel, turn.conversation, seq, at, turn.seq, member, obligation)
-            tx.created.append(frame)
-            return frame
-
-        return await self._submit(op)
+        return await self._submit(_Answer(turn, member, obligation))
 
     async def join(self, member: str, *, settle: float) -> JoinResult:
         def op(tx: LogTx) -> JoinResult:
@@ -393,7 +407,7 @@ class SqliteConversationLog:
             ).fetchall()
             return [_record(row) for row in rows]
 
-        deadline = anyio.current_time() + wait
+        deadline: float | None = None
         while True:
             changed = self._changed
             if changed is None:
@@ -405,8 +419,13 @@ class SqliteConversationLog:
                 records = await self._read(query)
                 self.db_reads += 1
                 self._cache.fetched(after_seq, records, complete=len(records) < limit)
-            remaining = deadline - anyio.current_time()
-            if records or remaining <= 0:
+            if records or wait <= 0:
+                return records
+            now = anyio.current_time()
+            if deadline is None:
+                deadline = now + wait
+            remaining = deadline - now
+            if remaining <= 0:
                 return records
             with anyio.move_on_after(min(remaining, self.poll_interval)):
                 await changed.wait()
