@@ -1,5 +1,8 @@
 """Delivery ledger throughput: ``python bench/bench_ledger.py [--replies N] [--sweep-rows N]``.
 
+``--only sweep`` (or ``BENCH_LEDGER_ONLY=sweep`` under ``run_all.py``) measures only the boot
+sweeps; ``--only submit`` only the rest.
+
 Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it answers):
 
 - replies recorded and marked delivered per second through ``DeliveryLedger.submit`` (a row
@@ -17,6 +20,7 @@ Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it an
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import tempfile
 import time
@@ -177,7 +181,7 @@ async def sweep_rate(store: Any) -> tuple[float, int]:
     return time.perf_counter() - started, report.delivered
 
 
-async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: int) -> list[Figure]:
+async def bench_sqlite(folder: Path, replies: int, in_flight: int) -> list[Figure]:
     store = await open_store(folder / "bench.db")
     assert isinstance(store, SQLiteLedgerStore)
     await submit_rate(store, replies=min(2000, replies), in_flight=in_flight, tag="warm")
@@ -215,17 +219,6 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
         f"SQLite  bare loop, one commit per reply:     {floor_one:10,.0f} replies/s  "
         f"(the ledger is {rate / floor_one:.1f}x that)"
     )
-    sweep_db = folder / "sweep.db"
-    seeded = await open_store(sweep_db)
-    await seeded.aclose()
-    seed_sqlite(sweep_db, sweep_rows)
-    store = await open_store(sweep_db)
-    elapsed, delivered = await sweep_rate(store)
-    await store.aclose()
-    print(
-        f"SQLite  boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
-        f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
-    )
     return [
         Figure(
             name="ledger.sqlite_submit",
@@ -243,6 +236,22 @@ async def bench_sqlite(folder: Path, replies: int, sweep_rows: int, in_flight: i
             target=0.8,
             label="SQLite FULL, claimed at the turn (floor: single-row statements)",
         ),
+    ]
+
+
+async def bench_sqlite_sweep(folder: Path, sweep_rows: int) -> list[Figure]:
+    sweep_db = folder / "sweep.db"
+    seeded = await open_store(sweep_db)
+    await seeded.aclose()
+    seed_sqlite(sweep_db, sweep_rows)
+    store = await open_store(sweep_db)
+    elapsed, delivered = await sweep_rate(store)
+    await store.aclose()
+    print(
+        f"SQLite  boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
+        f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
+    )
+    return [
         Figure(
             name="ledger.sqlite_boot_sweep",
             value=elapsed,
@@ -295,8 +304,9 @@ async def pg_floor(url: str, table: str, *, replies: int, connections: int) -> f
     return per * connections / elapsed
 
 
-async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> list[Figure]:
-    import psycopg
+async def bench_postgres(
+    replies: int, sweep_rows: int, in_flight: int, parts: frozenset[str]
+) -> list[Figure]:
 
     from bridge_core.ledger.postgres import PostgresLedgerStore
 
@@ -308,67 +318,79 @@ async def bench_postgres(replies: int, sweep_rows: int, in_flight: int) -> list[
         return []
     assert isinstance(store, PostgresLedgerStore)
     try:
-        await submit_rate(store, replies=min(1000, replies), in_flight=in_flight, tag="warm")
-        rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
-        size = store.connections
-        floor = await pg_floor(PG_URL, f"{prefix}ledger", replies=replies, connections=size)
-        print(
-            f"Postgres submit (record+claim+delivered): {rate:9,.0f} replies/s "
-            f"({in_flight} in flight, {size} connections)"
-        )
-        print(
-            f"Postgres floor, same statements, {size} autocommit connections: {floor:9,.0f} "
-            f"replies/s  ratio {rate / floor:.2f}"
-        )
-        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
-            await conn.execute(f"DELETE FROM {prefix}ledger")
-            now = time.time()
-            async with (
-                conn.cursor() as cursor,
-                cursor.copy(
-                    f"COPY {prefix}ledger (id, profile, platform, channel, text, state, owner, "
-                    "created_at, updated_at) FROM STDIN"
-                ) as copy,
-            ):
-                for index in range(sweep_rows):
-                    await copy.write_row(
-                        (
-                            f"sweep{index:07d}",
-                            "X",
-                            "console",
-                            "C1",
-                            "stored",
-                            "pending",
-                            "gone-host|1|0",
-                            now + index * 1e-6,
-                            now,
-                        )
-                    )
-            await conn.execute(f"ANALYZE {prefix}ledger")
-        elapsed, delivered = await sweep_rate(store)
-        print(
-            f"Postgres boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
-            f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
-        )
-        return [
-            Figure(
-                name="ledger.postgres_submit",
-                value=rate,
-                unit="replies/s",
-                floor=floor,
-                label=f"PostgreSQL submit (floor: same statements, {size} connections)",
-            ),
-            Figure(
-                name="ledger.postgres_boot_sweep",
-                value=delivered / elapsed,
-                unit="rows/s",
-                target=10_000,
-                label=f"PostgreSQL boot sweep over {sweep_rows:,} pending rows",
-            ),
-        ]
+        found = []
+        if "submit" in parts:
+            found.append(await pg_submit(store, prefix, replies, in_flight))
+        if "sweep" in parts:
+            found.append(await pg_sweep(store, prefix, sweep_rows))
+        return found
     finally:
         await store.drop_tables()
         await store.aclose()
+
+
+async def pg_submit(store: Any, prefix: str, replies: int, in_flight: int) -> Figure:
+    await submit_rate(store, replies=min(1000, replies), in_flight=in_flight, tag="warm")
+    rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
+    size = store.connections
+    floor = await pg_floor(PG_URL, f"{prefix}ledger", replies=replies, connections=size)
+    print(
+        f"Postgres submit (record+claim+delivered): {rate:9,.0f} replies/s "
+        f"({in_flight} in flight, {size} connections)"
+    )
+    print(
+        f"Postgres floor, same statements, {size} autocommit connections: {floor:9,.0f} "
+        f"replies/s  ratio {rate / floor:.2f}"
+    )
+    return Figure(
+        name="ledger.postgres_submit",
+        value=rate,
+        unit="replies/s",
+        floor=floor,
+        label=f"PostgreSQL submit (floor: same statements, {size} connections)",
+    )
+
+
+async def pg_sweep(store: Any, prefix: str, sweep_rows: int) -> Figure:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+        await conn.execute(f"DELETE FROM {prefix}ledger")
+        now = time.time()
+        async with (
+            conn.cursor() as cursor,
+            cursor.copy(
+                f"COPY {prefix}ledger (id, profile, platform, channel, text, state, owner, "
+                "created_at, updated_at) FROM STDIN"
+            ) as copy,
+        ):
+            for index in range(sweep_rows):
+                await copy.write_row(
+                    (
+                        f"sweep{index:07d}",
+                        "X",
+                        "console",
+                        "C1",
+                        "stored",
+                        "pending",
+                        "gone-host|1|0",
+                        now + index * 1e-6,
+                        now,
+                    )
+                )
+        await conn.execute(f"ANALYZE {prefix}ledger")
+    elapsed, delivered = await sweep_rate(store)
+    print(
+        f"Postgres boot sweep over {sweep_rows:,} rows: {elapsed:6.1f} s "
+        f"({delivered / elapsed:,.0f} rows/s claimed and delivered)"
+    )
+    return Figure(
+        name="ledger.postgres_boot_sweep",
+        value=delivered / elapsed,
+        unit="rows/s",
+        target=10_000,
+        label=f"PostgreSQL boot sweep over {sweep_rows:,} pending rows",
+    )
 
 
 QUICK = {"replies": 2000, "sweep_rows": 2000, "pg_replies": 500, "pg_sweep_rows": 1000}
@@ -382,7 +404,20 @@ def figures(*, quick: bool = False) -> list[Figure]:
     else:
         sizes = {"replies": 30_000, "sweep_rows": 100_000, "pg_replies": 5000}
         sizes["pg_sweep_rows"] = 20_000
-    return anyio.run(measure, *sizes.values(), 512, False)
+    return anyio.run(measure, *sizes.values(), 512, False, _parts(os.environ.get(ONLY_ENV)))
+
+
+ONLY_ENV = "BENCH_LEDGER_ONLY"
+"""``sweep`` or ``submit``: the figures ``figures()`` measures (unset: all), for ``run_all.py``."""
+PARTS = frozenset({"submit", "sweep"})
+
+
+def _parts(only: str | None) -> frozenset[str]:
+    if not only:
+        return PARTS
+    if only not in PARTS:
+        raise SystemExit(f"{ONLY_ENV} / --only: one of {sorted(PARTS)}, not {only!r}")
+    return frozenset({only})
 
 
 async def measure(
@@ -392,11 +427,16 @@ async def measure(
     pg_sweep_rows: int,
     in_flight: int,
     no_postgres: bool,
+    parts: frozenset[str] = PARTS,
 ) -> list[Figure]:
+    found: list[Figure] = []
     with tempfile.TemporaryDirectory() as folder:
-        found = await bench_sqlite(Path(folder), replies, sweep_rows, in_flight)
+        if "submit" in parts:
+            found += await bench_sqlite(Path(folder), replies, in_flight)
+        if "sweep" in parts:
+            found += await bench_sqlite_sweep(Path(folder), sweep_rows)
     if not no_postgres:
-        found += await bench_postgres(pg_replies, pg_sweep_rows, in_flight)
+        found += await bench_postgres(pg_replies, pg_sweep_rows, in_flight, parts)
     return found
 
 
@@ -411,6 +451,9 @@ async def main() -> None:
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    parser.add_argument(
+        "--only", choices=sorted(PARTS), help="only the boot sweeps, or only the rest"
+    )
     args = parser.parse_args()
     if args.quick:
         args.replies, args.sweep_rows, args.pg_replies, args.pg_sweep_rows = QUICK.values()
@@ -421,6 +464,7 @@ async def main() -> None:
         args.pg_sweep_rows,
         args.in_flight,
         args.no_postgres,
+        _parts(args.only or os.environ.get(ONLY_ENV)),
     )
     print_table(found)
 

@@ -8,6 +8,7 @@ Ownership is host, process id and process start time; whether an owner is alive 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -148,9 +149,12 @@ class SQLiteLedgerStore:
         self._owner = owner if owner is not None else str(self._me)
         self.writer = SQLiteWriter(str(self.path), setup=self._setup)
         self._dead: set[str] = set()
+        # ``_dead`` as the JSON list the statements compare owners with before they call
+        # ``owner_alive`` (rebuilt when an owner is found dead, which is rare)
+        self._dead_json = "[]"
         self._live_now: set[str] = set()
         self._records = MergedRecords(self._owner)
-        self._claims = MergedClaims(self._owner, self._forget_live)
+        self._claims = MergedClaims(self._owner, self._forget_live, lambda: self._dead_json)
         self._held = MergedHeldUpdates(self._owner)
         self._delivered = MergedDelivered(self._owner)
         # Rows as this store last wrote or read them, so a claim or a held update that follows
@@ -207,6 +211,7 @@ class SQLiteLedgerStore:
         if len(self._dead) > 10_000:
             self._dead.clear()
         self._dead.add(owner)
+        self._dead_json = json.dumps(sorted(self._dead))
         return False
 
     def _forget_live(self) -> None:
@@ -259,8 +264,11 @@ class SQLiteLedgerStore:
             scope,
             now=now,
             me=self._owner,
-            dead_sql="owner IS NULL OR (owner != ? AND NOT owner_alive(owner))",
-            dead_params=(self._owner,),
+            # owners already found dead first: a page of a dead owner's rows then calls back
+            # into Python (and takes the GIL from the event loop) for none of them
+            dead_sql="owner IS NULL OR (owner != ? AND (owner IN (SELECT value FROM json_each(?)) "
+            "OR NOT owner_alive(owner)))",
+            dead_params=(self._owner, self._dead_json),
             ph="?",
         )
 

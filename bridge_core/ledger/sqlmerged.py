@@ -190,14 +190,19 @@ class MergedClaims:
     """``claim`` for many rows: one compare-and-swap ``UPDATE … FROM (VALUES (id, fence, now))``.
 
     A row is claimed when it still has the fence its claimer read, is open, and its owner is
-    unset, this process or dead (``owner_alive``, re-checked inside the statement). For a row
+    unset, this process or dead (re-checked inside the statement: first against ``dead``, a
+    JSON list of owners already found dead, which stay dead, then ``owner_alive``; so a page
+    of a dead owner's rows calls back into Python, and takes the GIL, for none of them). For a row
     the caller knows (read at that fence, not ``attempting``: such a row cannot change without
     its fence moving) only the id comes back; the caller applies the claim's changes itself.
     """
 
-    def __init__(self, owner: str, forget_live: Callable[[], None]) -> None:
+    def __init__(
+        self, owner: str, forget_live: Callable[[], None], dead: Callable[[], str] = lambda: "[]"
+    ) -> None:
         self.owner = owner
         self._forget_live = forget_live
+        self._dead = dead
 
     def run_many(self, conn: sqlite3.Connection, items: Sequence[ClaimItem]) -> list[ClaimResult]:
         results: list[ClaimResult] = [None] * len(items)
@@ -211,7 +216,7 @@ class MergedClaims:
                 params: list[Any] = [self.owner]
                 for _, item in part:
                     params += item[:3] if full else item
-                params.append(self.owner)
+                params += (self.owner, self._dead())
                 statement = (
                     "UPDATE ledger SET state = 'attempting', owner = ?, fence = fence + 1, "
                     "attempts = attempts + 1, resends = resends + "
@@ -221,7 +226,8 @@ class MergedClaims:
                     "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
                     f"{'' if full else 'AND ledger.created_at = c.column4 '}"
                     f"AND ledger.state IN {_OPEN} AND (ledger.owner IS NULL "
-                    "OR ledger.owner = ? OR NOT owner_alive(ledger.owner))"
+                    "OR ledger.owner = ? OR ledger.owner IN (SELECT value FROM json_each(?)) "
+                    "OR NOT owner_alive(ledger.owner))"
                 )
                 if not full:  # known rows: only which were claimed comes back
                     ids = _changed_ids(conn, statement, params, len(part))

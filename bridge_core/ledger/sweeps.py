@@ -6,8 +6,8 @@ one-row path (record, claim, send, settle, resend on timers). They are the ledge
 moved out of it, and use its state as its methods do: the ids it is sending now (a row in flight
 here is never claimed twice) and its one-row ``_send`` and ``_attempt``.
 
-- ``sweep_in_pages``: a page's rows claimed in one statement, the delivered ones settled in
-  the commit that claims the next page (ADR 0110).
+- ``sweep_in_pages``: half a page's rows claimed in one statement, committed while the half
+  before is sent; the delivered ones settled in the commit after their send (ADR 0110).
 - ``sweep_at_turns`` (``deliver_begins``): each row claimed at its own turn, so a crash marks
   only the rows whose sends had begun (ADR 0025).
 """
@@ -17,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from bridge_core.ledger.model import Obligation
 from bridge_core.ledger.report import SweepReport
@@ -60,19 +62,24 @@ SENT = Outcome(SweepOutcome.DELIVERED)
 
 
 async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
-    """Each page's rows are claimed in one statement, then sent in order by up to
-    ``schedule.concurrency`` workers; the delivered ones are settled together, in the
-    commit that claims the next page and reads the one after (ADR 0110).
+    """Rows are claimed a batch (half a page, ``Scope.limit // 2``) at a time, each batch in
+    one statement, and sent in order by up to ``schedule.concurrency`` workers. The commit that
+    claims the next batch runs while this batch is sent: it also settles the rows of the batch
+    sent before (the delivered ones together) and, when the rows read run short, reads the next
+    page (ADR 0110). A row is sent only after the commit that claimed it, at most one batch
+    ahead of its send, so at most a page's rows are claimed and not yet sent at any time.
 
-    A crash after a page's claim leaves its rows ``attempting``: every one is resent at the
+    A crash after a batch's claim leaves its rows ``attempting``: every one is resent at the
     next start, labelled as a possible duplicate, as a row claimed just before its send is.
     """
     counts = dict.fromkeys(SweepReport.__slots__, 0)
     sent: list[tuple[Obligation, MessageRef, bool]] = []  # last part sent, not yet settled
+    size = max(1, scope.limit // 2)
+    unclaimed: deque[Obligation] = deque()  # read, not yet looked at
+    ready: list[Ready] = []  # claimed by the last commit: sent while the next one runs
+    held: list[Obligation | None] = []
 
-    async def settle_sent() -> None:
-        done = sent[:]
-        sent.clear()
+    async def settle(done: list[tuple[Obligation, MessageRef, bool]]) -> None:
         try:
             rows = await ledger.store.mark_delivered(
                 [(row.id, row.fence, ref) for row, ref, _ in done], now=ledger._clock()
@@ -87,7 +94,7 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
             counts["claimed"] += 1
             counts["marked"] += marked
 
-    async def abandon(row: Obligation, reason: str) -> None:
+    async def abandon(row: Obligation, reason: str, now: float) -> None:
         gone = await ledger.store.abandon(row.id, fence=row.fence, now=now, reason=reason)
         if gone is not None:
             log.warning("ledger: abandoned %s: %s", row.id, reason)
@@ -95,17 +102,48 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
         counts["claimed"] += gone is not None
 
     async def read(after: tuple[float, str]) -> None:
-        page[:] = await ledger.store.candidates(
+        page = await ledger.store.candidates(
             dataclasses.replace(scope, after=after), now=ledger._clock()
         )
+        unclaimed.extend(page)
+        cursor[0] = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
 
+    async def claim(items: list[tuple[str, int]], now: float) -> None:
+        held[:] = await ledger.store.claim_many(items, now=now)
+
+    async def work(todo: Iterator[Ready], group: anyio.abc.TaskGroup, left: int) -> None:
+        for claimed, marked, poster_alive in todo:
+            if left:  # the next worker starts when this one first waits (if it does)
+                group.start_soon(work, todo, group, left - 1)
+                left = 0
+            try:
+                outcome = await ledger._send(
+                    claimed, marked=marked, poster_alive=poster_alive, sent=sent
+                )
+            except BaseException:
+                ledger._sending.discard(claimed.id)
+                raise
+            if outcome is SENT:
+                continue  # settled with the next commit
+            ledger._sending.discard(claimed.id)
+            counts[outcome.kind] += 1
+            counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
+            counts["marked"] += outcome.marked
+
+    page = await ledger.store.candidates(scope, now=ledger._clock())
+    unclaimed.extend(page)
+    cursor: list[tuple[float, str] | None] = [
+        (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
+    ]
+    claims: list[tuple[Obligation, bool, bool]] = []  # row, marked, poster alive
+    todo: Iterator[Ready] = iter(())
     try:
-        page = await ledger.store.candidates(scope, now=ledger._clock())
-        while page:
+        while True:
             now = ledger._clock()
-            claims: list[tuple[Obligation, bool, bool]] = []  # row, marked, poster alive
+            claims = []
             abandons: list[tuple[Obligation, str]] = []
-            for row in page:
+            while unclaimed and len(claims) < size:
+                row = unclaimed.popleft()
                 if not ledger._connected(row.platform) or row.id in ledger._sending:
                     counts["skipped"] += 1
                     continue
@@ -115,59 +153,49 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     continue
                 claims.append((row, verdict.marked, row.owner == ledger.store.owner))
                 ledger._sending.add(row.id)
-            after = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
-            page = []
-            try:
-                # one commit: the last page's settles, this page's claims, the next page's read
-                async with anyio.create_task_group() as group:
-                    if sent:
-                        group.start_soon(settle_sent)
-                    for row, reason in abandons:
-                        group.start_soon(abandon, row, reason)
-                    if after is not None:
-                        group.start_soon(read, after)
-                    held = await ledger.store.claim_many(
-                        [(row.id, row.fence) for row, _, _ in claims], now=now
-                    )
-            except BaseException:
-                for row, _, _ in claims:
-                    ledger._sending.discard(row.id)
-                raise
-            ready = []
+            after = cursor[0] if len(unclaimed) < size else None
+            cursor[0] = None if after is not None else cursor[0]
+            done = sent[:]
+            sent.clear()
+            if not (claims or abandons or after or done or ready):
+                break
+            held.clear()
+            # One commit: the settles of the batch sent last, this batch's claims and, when the
+            # rows read run short, the next page; the batch the last commit claimed is sent
+            # meanwhile. Sends start two checkpoints on: the calls are made in the first, and a
+            # store that gathers an event loop iteration's calls (SQLite) hands them to its
+            # writer in the second, so the commit runs during the sends rather than after them.
+            async with anyio.create_task_group() as group:
+                if done:
+                    group.start_soon(settle, done)
+                for row, reason in abandons:
+                    group.start_soon(abandon, row, reason, now)
+                if after is not None:
+                    group.start_soon(read, after)
+                if claims:
+                    group.start_soon(claim, [(row.id, row.fence) for row, _, _ in claims], now)
+                if ready:
+                    await anyio.lowlevel.checkpoint()
+                    await anyio.lowlevel.checkpoint()
+                    todo = iter(ready)  # the workers share it: each row starts in order
+                    ready = []
+                    async with anyio.create_task_group() as senders:
+                        senders.start_soon(work, todo, senders, ledger.schedule.concurrency - 1)
             for (row, marked, poster_alive), claimed in zip(claims, held, strict=True):
                 if claimed is None:
                     ledger._sending.discard(row.id)
                     counts["skipped"] += 1
                 else:
                     ready.append((claimed, marked, poster_alive))
-
-            async def work(todo: Iterator[Ready], group: anyio.abc.TaskGroup, left: int) -> None:
-                for claimed, marked, poster_alive in todo:
-                    if left:  # the next worker starts when this one first waits (if it does)
-                        group.start_soon(work, todo, group, left - 1)
-                        left = 0
-                    try:
-                        outcome = await ledger._send(
-                            claimed, marked=marked, poster_alive=poster_alive, sent=sent
-                        )
-                    except BaseException:
-                        ledger._sending.discard(claimed.id)
-                        raise
-                    if outcome is SENT:
-                        continue  # settled with the next commit
-                    ledger._sending.discard(claimed.id)
-                    counts[outcome.kind] += 1
-                    counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
-                    counts["marked"] += outcome.marked
-
-            todo = iter(ready)  # the workers share it: each row starts in order
-            if ready:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(work, todo, group, ledger.schedule.concurrency - 1)
-        if sent:
-            await settle_sent()
+            claims = []
     finally:
-        for row, _, _ in sent:  # cancelled or failed before their settle: not sending now
+        # cancelled or failed: rows claimed, sent but not settled, or never sent, are not being
+        # sent now (a claimed row left unsent is resent, labelled, by the next sweep or start)
+        for row, _, _ in claims:
+            ledger._sending.discard(row.id)
+        for claimed, _, _ in (*ready, *todo):  # claimed, never started
+            ledger._sending.discard(claimed.id)
+        for row, _, _ in sent:
             ledger._sending.discard(row.id)
     return SweepReport(**counts)
 
