@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence, Set
-from typing import Any
+from typing import Any, cast
 
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent
@@ -79,9 +79,11 @@ class GatewayApi:
         if scale_out is None:
             for channel in self.channels.values():  # each channel takes the batch in order
                 channel.offer_all(events)
-        kinds = Counter(event.kind for event in events)  # UnknownEvent's kind is "Unknown"
-        for kind, count in kinds.items():  # one labelled increment per kind, not per event
-            self._metrics.events_in.labels(kind).inc(count)
+        # Counted by class, in C (``map`` and ``Counter`` run no bytecode per event); a class's
+        # ``kind`` is its label (UnknownEvent's is "Unknown"), one increment per kind.
+        classes = cast("Counter[type[FleetEvent]]", Counter(map(type, events)))
+        for cls, count in classes.items():
+            self._metrics.events_in.labels(cls.kind).inc(count)
 
     async def accept_message(self, request: MessageRequest) -> MessageReceipt:
         tasks = self._lifecycle.tasks_for_new_work()
