@@ -13,16 +13,13 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-from pydantic import BaseModel
 
 from bridge_core.config import BridgeConfig, parse_config
 from bridge_core.conversation import LogRecord, Turn
 from bridge_core.events import parse_event
-from bridge_core.hookspecs import ProviderType
 from bridge_core.ledger import Schedule, is_marked
-from bridge_core.plugins import ProviderRegistry, RegisteredProvider, create_plugin_manager
+from bridge_core.plugins import create_plugin_manager
 from bridge_core.provider import (
-    UNLIMITED_BUDGET,
     Capabilities,
     ChatProvider,
     ConnectionLost,
@@ -39,6 +36,8 @@ from bridge_core.runtime import (
     MessageRequest,
     ShuttingDown,
 )
+
+from .conftest import one_channel
 
 
 @pytest.fixture
@@ -186,29 +185,6 @@ class FlakyProvider(ChatProvider):
             await FlakyProvider.drop_now.wait()
             raise ConnectionLost("socket closed")
         await anyio.sleep_forever()
-
-
-class NoSettings(BaseModel):
-    pass
-
-
-def one_channel(tmp_path: Path, provider: type[ChatProvider]) -> BridgeConfig:
-    """Channel "ops" (id C1) on a profile of ``provider`` (built with no arguments)."""
-    kind = ProviderType(
-        name=provider.name,
-        capabilities=provider.capabilities,
-        budget=UNLIMITED_BUDGET,
-        settings_model=NoSettings,
-        factory=lambda settings, context: provider(),
-    )
-    return parse_config(
-        {
-            "profiles": {"p": {"provider": provider.name}},
-            "channels": {"ops": {"profile": "p", "channel_id": "C1"}},
-            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
-        },
-        providers=ProviderRegistry([RegisteredProvider(kind, "test", "0")]),
-    )
 
 
 @pytest.mark.anyio

@@ -9,15 +9,13 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-from pydantic import BaseModel
 
-from bridge_core.config import BridgeConfig, parse_config
-from bridge_core.hookspecs import ProviderType
 from bridge_core.ledger import is_marked
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
-from bridge_core.plugins import ProviderRegistry, RegisteredProvider
-from bridge_core.provider import UNLIMITED_BUDGET, Capabilities, ChatProvider, MessageRef
+from bridge_core.provider import Capabilities, ChatProvider, MessageRef
 from bridge_core.runtime import Gateway, GatewayOptions, MessageRequest
+
+from .conftest import one_channel
 
 pytestmark = pytest.mark.anyio
 
@@ -46,10 +44,6 @@ def claims(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
-class NoSettings(BaseModel):
-    pass
-
-
 class HeldProvider(ChatProvider):
     """Posts wait for ``release`` while ``hold`` is set; every post is kept in ``posted``."""
 
@@ -66,24 +60,6 @@ class HeldProvider(ChatProvider):
             await HeldProvider.release.wait()
         HeldProvider.posted.append(text)
         return MessageRef(channel, str(len(HeldProvider.posted)))
-
-
-def config(tmp_path: Path) -> BridgeConfig:
-    kind = ProviderType(
-        name=HeldProvider.name,
-        capabilities=HeldProvider.capabilities,
-        budget=UNLIMITED_BUDGET,
-        settings_model=NoSettings,
-        factory=lambda settings, context: HeldProvider(),
-    )
-    return parse_config(
-        {
-            "profiles": {"p": {"provider": HeldProvider.name}},
-            "channels": {"ops": {"profile": "p", "channel_id": "C1"}},
-            "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
-        },
-        providers=ProviderRegistry([RegisteredProvider(kind, "test", "0")]),
-    )
 
 
 def reset(*, hold: bool) -> None:
@@ -105,7 +81,7 @@ async def test_a_message_to_an_idle_channel_is_claimed_by_its_record(
     tmp_path: Path, claims: list[str]
 ) -> None:
     reset(hold=False)
-    gateway = Gateway(config(tmp_path), options=GatewayOptions(http=False))
+    gateway = Gateway(one_channel(tmp_path, HeldProvider), options=GatewayOptions(http=False))
     async with gateway:
         for number in range(3):  # one at a time: the channel is idle each time
             receipt = await gateway.accept_message(
@@ -125,7 +101,7 @@ async def test_messages_behind_a_send_are_recorded_pending_and_claimed_at_their_
     tmp_path: Path, claims: list[str]
 ) -> None:
     reset(hold=True)
-    gateway = Gateway(config(tmp_path), options=GatewayOptions(http=False))
+    gateway = Gateway(one_channel(tmp_path, HeldProvider), options=GatewayOptions(http=False))
     async with gateway:
         first = await gateway.accept_message(MessageRequest(channel="ops", text="one"))
         with anyio.fail_after(10):
