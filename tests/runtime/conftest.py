@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from bridge_core.config import BridgeConfig, parse_config
@@ -11,7 +12,7 @@ from bridge_core.hookspecs import ProviderType
 from bridge_core.plugins import ProviderRegistry, RegisteredProvider
 from bridge_core.provider import UNLIMITED_BUDGET, ChatProvider
 
-__all__ = ["one_channel"]
+__all__ = ["anyio_backend", "builtin_plugins_only", "one_channel"]
 
 
 class NoSettings(BaseModel):
@@ -35,3 +36,16 @@ def one_channel(tmp_path: Path, provider: type[ChatProvider]) -> BridgeConfig:
         },
         providers=ProviderRegistry([RegisteredProvider(kind, "test", "0")]),
     )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The runtime's tests run on asyncio, as the gateway does (a module may ask for others)."""
+    return "asyncio"
+
+
+@pytest.fixture
+def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No installed plugin loads (``CHATBRIDGE_LOAD_PLUGINS=""``): loading every installed
+    platform SDK costs seconds, and these tests need only the built-in console."""
+    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")

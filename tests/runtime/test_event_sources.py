@@ -18,6 +18,13 @@ from bridge_core.runtime.event_sources import follow_file, read_stdin
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Both backends: an event source is library code a fleet may run on either."""
+    return str(request.param)
+
+
 LINES = (
     b'{"kind": "AgentSpawned", "agent": "first"}\n'
     b'{"kind": "AgentSpawned", "agent": "caf\xe9"}\n'  # not UTF-8: read as U+FFFD

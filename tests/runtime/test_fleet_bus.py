@@ -13,11 +13,6 @@ from bridge_core.runtime.placement import FleetBus
 from bridge_core.testing.services import require_redis
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_a_new_host_restates_running_agents_then_follows_from_the_cursor() -> None:
     bus = FleetBus.connect(require_redis(), prefix=f"test{secrets.token_hex(4)}")

@@ -24,17 +24,9 @@ from bridge_core.runtime import Gateway, GatewayOptions
 from bridge_core.testing.services import require_postgres
 from bridge_core.text import REPLACEMENT
 
+pytestmark = pytest.mark.usefixtures("builtin_plugins_only")
+
 BAD = ["x\ud800", "\udfffx", "\udc00\ud800", "a\0b"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
 
 
 def posts(tmp_path: Path) -> list[dict[str, Any]]:

@@ -39,16 +39,7 @@ from bridge_core.runtime import (
 
 from .conftest import one_channel
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # loading every installed platform SDK costs seconds; these tests need only the console
-    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
+pytestmark = pytest.mark.usefixtures("builtin_plugins_only")
 
 
 def make_config(tmp_path: Path, **api: Any) -> BridgeConfig:

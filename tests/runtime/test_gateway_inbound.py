@@ -28,17 +28,9 @@ from bridge_core.provider import (
 )
 from bridge_core.runtime import Gateway, GatewayOptions
 
+pytestmark = pytest.mark.usefixtures("builtin_plugins_only")
+
 ROUTE = "/two-ways/events"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
 
 
 def message(message_id: str, *, bot: bool = False) -> InboundMessage:

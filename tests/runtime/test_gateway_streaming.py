@@ -20,15 +20,7 @@ from bridge_core.provider import InboundMessage
 from bridge_core.runtime import Gateway, GatewayOptions
 from bridge_core.streams import CURSOR, INTERRUPTED
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
+pytestmark = pytest.mark.usefixtures("builtin_plugins_only")
 
 
 def make_config(tmp_path: Path) -> BridgeConfig:

@@ -24,11 +24,6 @@ from bridge_core.runtime.http_api import (
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class RecordingBackend:
     def __init__(self) -> None:
         self.events: list[FleetEvent] = []

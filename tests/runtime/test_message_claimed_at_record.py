@@ -17,17 +17,7 @@ from bridge_core.runtime import Gateway, GatewayOptions, MessageRequest
 
 from .conftest import one_channel
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(autouse=True)
-def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CHATBRIDGE_LOAD_PLUGINS", "")
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("builtin_plugins_only")]
 
 
 @pytest.fixture
