@@ -1,7 +1,8 @@
 """Kill real gateway-shaped processes with SIGKILL and check what reached the "platform".
 
-Used by ``test_crash.py`` (a few dozen kills) and ``soak.py`` (hundreds). The checks, over the
-delivery file the children append to:
+Used by ``test_crash.py`` (a few dozen kills) and ``soak.py`` (hundreds); the runs on a shared
+PostgreSQL ledger are ``crash_postgres.py``'s. The checks, over the delivery file the children
+append to:
 
 1. every recorded reply (every part) that was not scripted to fail for good reached the platform
    at least once, unless its resend budget was provably spent by kills and scripted failures;
@@ -100,7 +101,7 @@ class Report:
         return "\n".join(lines)
 
 
-def _child(
+def start_child(
     ledger: str, out: Path, phase: Path, *, mode: str, first: int = 0, extra: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
     phase.write_text("")
@@ -125,7 +126,7 @@ def _child(
     )
 
 
-def _wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeout: float) -> bool:
+def wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -139,7 +140,7 @@ def _wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeou
     return False
 
 
-def _kill(child: subprocess.Popen[bytes]) -> None:
+def sigkill(child: subprocess.Popen[bytes]) -> None:
     child.send_signal(signal.SIGKILL)
     child.wait()
     if child.stderr is not None:
@@ -161,22 +162,24 @@ def sqlite_snapshot(path: Path) -> Snapshot:
             ids = [row[0] for row in conn.execute("SELECT id FROM ledger")]
         finally:
             conn.close()
-        return counts, attempting, max((_index(i) for i in ids), default=-1)
+        return counts, attempting, max((reply_index(i) for i in ids), default=-1)
 
     return snapshot
 
 
-def _index(obligation: str) -> int:
+def reply_index(obligation: str) -> int:
     return int(obligation.split("|")[2].split(":")[1][1:])
 
 
-def _drain(ledger: str, out: Path, tmp: Path, report: Report, extra: tuple[str, ...]) -> None:
+def drain_children(
+    ledger: str, out: Path, tmp: Path, report: Report, extra: tuple[str, ...]
+) -> None:
     for _ in range(8):
-        child = _child(ledger, out, tmp / "drain.phase", mode="drain", extra=extra)
+        child = start_child(ledger, out, tmp / "drain.phase", mode="drain", extra=extra)
         try:
             _, err = child.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            _kill(child)
+            sigkill(child)
             raise AssertionError("a drain run did not finish within 120 s") from None
         report.drains += 1
         if child.returncode == 0:
@@ -197,22 +200,22 @@ def run_sqlite(
     report = Report()
     first = 0
     for _ in range(kills):
-        child = _child(str(db), out, phase, mode="serve", first=first, extra=extra)
+        child = start_child(str(db), out, phase, mode="serve", first=first, extra=extra)
         if rng.random() < boot_share:
-            _wait_phase(child, phase, "boot", 30)
+            wait_phase(child, phase, "boot", 30)
             time.sleep(rng.uniform(0, 0.004))
         else:
-            _wait_phase(child, phase, "serve", 30)
+            wait_phase(child, phase, "serve", 30)
             time.sleep(rng.uniform(0.005, 0.2))
         if child.poll() is not None:
             err = child.stderr.read().decode() if child.stderr else ""
             raise AssertionError(f"the child exited by itself ({child.returncode}): {err[-2000:]}")
-        _kill(child)
+        sigkill(child)
         at = time.time()
         counts, attempting, highest = snapshot()
         report.kills.append(Kill(phase.read_text(), counts, set(attempting), at, child.pid))
         first = highest + 1
-    _drain(str(db), out, tmp, report, extra)
+    drain_children(str(db), out, tmp, report, extra)
     final = _final_rows_sqlite(db)
     check(out, final, report)
     return report
@@ -294,7 +297,7 @@ def check(
             seen_attempting.setdefault(obligation, kill.at)
     problems: list[str] = []
     for obligation, row in final.items():
-        index = _index(obligation)
+        index = reply_index(obligation)
         assert row["state"] in ("delivered", "abandoned"), f"{obligation} left {row['state']}"
         parts = len(json.loads(row["chunks"])) if row["chunks"] else 1
         if row["state"] == "abandoned":
@@ -374,367 +377,6 @@ def check(
         raise AssertionError(
             f"{len(problems)} problems:\n" + "\n".join(problems[:30]) + "\n" + report.summary()
         )
-
-
-def run_postgres_pair(
-    url: str, prefix: str, tmp: Path, *, kills: int, seed: int, lease: float = 1.5
-) -> Report:
-    """Two live children share a PostgreSQL ledger and answer the same replies; one at a time
-    is killed; the survivor must recover the victim's rows; then the victim comes back."""
-    import psycopg
-
-    rng = random.Random(seed)
-    out = tmp / "sent.jsonl"
-    extra = ("--prefix", prefix, "--lease", str(lease))
-    report = Report()
-    deaths: dict[int, float] = {}
-    phases = [tmp / "a.phase", tmp / "b.phase"]
-    children = [_child(url, out, phases[n], mode="serve", first=0, extra=extra) for n in range(2)]
-    table = f"{prefix}ledger"
-
-    def snapshot() -> tuple[dict[str, int], dict[str, str | None], int]:
-        with psycopg.connect(url, autocommit=True) as conn:
-            counts = dict(
-                conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
-            )
-            attempting = dict(
-                conn.execute(f"SELECT id, owner FROM {table} WHERE state = 'attempting'").fetchall()
-            )
-            ids = [row[0] for row in conn.execute(f"SELECT id FROM {table}").fetchall()]
-        return counts, attempting, max((_index(i) for i in ids), default=-1)
-
-    try:
-        for n in range(2):
-            assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
-        for number in range(kills):
-            time.sleep(rng.uniform(0.05, 0.3))
-            victim = number % 2
-            child = children[victim]
-            if child.poll() is not None:
-                err = child.stderr.read().decode() if child.stderr else ""
-                raise AssertionError(f"child exited by itself ({child.returncode}): {err[-2000:]}")
-            _kill(child)
-            deaths[child.pid] = time.time()
-            counts, attempting, highest = snapshot()
-            orphans = {
-                oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner
-            }
-            report.kills.append(Kill("serve", counts, orphans, deaths[child.pid], child.pid))
-            # The survivor must take the victim's in-flight rows over once its lease expires.
-            deadline = time.monotonic() + lease + 15
-            while orphans and time.monotonic() < deadline:
-                _, now_attempting, _ = snapshot()
-                orphans = {
-                    oid
-                    for oid in orphans
-                    if (now_attempting.get(oid) or "").find(f"|{child.pid}|") >= 0
-                }
-                time.sleep(0.05)
-            assert not orphans, f"the survivor did not recover {sorted(orphans)[:5]}"
-            children[victim] = _child(
-                url, out, phases[victim], mode="serve", first=highest + 1, extra=extra
-            )
-            assert _wait_phase(children[victim], phases[victim], "serve", 30)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                _kill(child)
-                deaths[child.pid] = time.time()
-    # The last two kills end the serving phase: record what they left in flight too.
-    counts, attempting, _ = snapshot()
-    for child in children:
-        left = {oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner}
-        report.kills.append(Kill("stop", counts, left, deaths[child.pid], child.pid))
-    _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
-    return report
-
-
-def run_postgres_pause(
-    url: str, prefix: str, tmp: Path, *, pauses: int, seed: int, lease: float = 1.5
-) -> Report:
-    """Two live children on a PostgreSQL ledger, each with a one-lane channel (``--paced``).
-    One at a time is frozen (SIGSTOP) past its lease with replies queued behind its lane; the
-    other must recover them; then the frozen one is thawed (SIGCONT). It wakes believing it still
-    owns those replies: when their turn comes its claim must be lost, and it must send none.
-    Each child is frozen at most once (check 5 reads one time per process)."""
-    import psycopg
-
-    if pauses > 2:
-        raise ValueError("each of the two children can be frozen once: pauses <= 2")
-
-    rng = random.Random(seed)
-    out = tmp / "sent.jsonl"
-    extra = ("--prefix", prefix, "--lease", str(lease), "--paced", "--send-delay", "0.02")
-    report = Report()
-    frozen_at: dict[int, float] = {}  # the time each child stopped counting as alive
-    phases = [tmp / "a.phase", tmp / "b.phase"]
-    firsts = (0, 1_000_000)  # each child answers its own replies
-    children = [
-        _child(url, out, phases[n], mode="serve", first=firsts[n], extra=extra) for n in range(2)
-    ]
-    table = f"{prefix}ledger"
-
-    def held_by(pid: int) -> tuple[dict[str, int], set[str]]:
-        with psycopg.connect(url, autocommit=True) as conn:
-            counts = dict(
-                conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
-            )
-            open_rows = conn.execute(
-                f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', 'failed') "
-                "AND owner LIKE %s",
-                (f"%|{pid}|%",),
-            ).fetchall()
-        return counts, {row[0] for row in open_rows}
-
-    try:
-        for n in range(2):
-            assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
-        for number in range(pauses):
-            time.sleep(rng.uniform(0.1, 0.3))
-            child = children[number % 2]
-            child.send_signal(signal.SIGSTOP)
-            frozen_at[child.pid] = time.time()
-            counts, held = held_by(child.pid)
-            assert counts.get("pending"), f"nothing was queued at the freeze: {counts}"
-            report.kills.append(Kill("pause", counts, held, frozen_at[child.pid], child.pid))
-            deadline = time.monotonic() + lease + 15
-            while held and time.monotonic() < deadline:
-                held = held_by(child.pid)[1]
-                time.sleep(0.05)
-            assert not held, f"the other child did not recover {sorted(held)[:5]}"
-            child.send_signal(signal.SIGCONT)
-            if child.poll() is not None:
-                err = child.stderr.read().decode() if child.stderr else ""
-                raise AssertionError(f"the thawed child exited ({child.returncode}): {err[-2000:]}")
-            # Thawed, its lane takes the next queued reply: that claim must be lost.
-            if not _wait_lost(out, child.pid, 30):
-                raise AssertionError(f"pid {child.pid} met no lost claim after it was thawed")
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGCONT)
-                _kill(child)
-    # The final kills end the run: record what they left claimed, as run_postgres_pair does.
-    for child in children:
-        counts, left = held_by(child.pid)
-        report.kills.append(Kill("stop", counts, left, time.time(), child.pid))
-    _drain_and_check_postgres(url, table, out, tmp, report, extra, frozen_at)
-    return report
-
-
-def run_postgres_skewed(
-    url: str, prefix: str, tmp: Path, *, skew: float, kills: int, seed: int, lease: float = 1.5
-) -> tuple[Report, int, int]:
-    """A healthy child and one whose wall clock runs ``skew`` seconds behind share a PostgreSQL
-    ledger; the skewed one is killed with replies recorded and unsent, ``kills`` times (started
-    again each time), and the healthy one must deliver them. Returns the report, how many of the
-    skewed children's replies were open at their kills, and how many rows ended abandoned as too
-    old (the ledger's freshness bound is an hour in the child)."""
-    import psycopg
-
-    rng = random.Random(seed)
-    out = tmp / "sent.jsonl"
-    extra = ("--prefix", prefix, "--lease", str(lease))
-    report = Report()
-    deaths: dict[int, float] = {}
-    table = f"{prefix}ledger"
-    healthy = _child(url, out, tmp / "h.phase", mode="serve", first=1_000_000, extra=extra)
-    orphaned = 0
-    try:
-        assert _wait_phase(healthy, tmp / "h.phase", "serve", 30), "the healthy child did not start"
-        first = 0
-        for _ in range(kills):
-            skewed = _child(
-                url,
-                out,
-                tmp / "s.phase",
-                mode="serve",
-                first=first,
-                extra=(*extra, "--skew", str(skew)),
-            )
-            assert _wait_phase(skewed, tmp / "s.phase", "serve", 30), (
-                "the skewed child did not start"
-            )
-            time.sleep(rng.uniform(0.05, 0.2))
-            if skewed.poll() is not None:
-                err = skewed.stderr.read().decode() if skewed.stderr else ""
-                raise AssertionError(
-                    f"the skewed child exited ({skewed.returncode}): {err[-2000:]}"
-                )
-            _kill(skewed)
-            deaths[skewed.pid] = time.time()
-            time.sleep(SERVER_SETTLE)
-            with psycopg.connect(url, autocommit=True) as conn:
-                counts = dict(
-                    conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
-                )
-                left = _open_rows_of(conn, table, skewed.pid)
-                first = 1 + max(
-                    (
-                        _index(r[0])
-                        for r in conn.execute(f"SELECT id FROM {table}").fetchall()
-                        if _index(r[0]) < 1_000_000
-                    ),
-                    default=-1,
-                )
-            orphaned += len(left)
-            report.kills.append(Kill("serve", counts, left, deaths[skewed.pid], skewed.pid))
-            deadline = time.monotonic() + lease + 15
-            while left and time.monotonic() < deadline:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    left = _open_rows_of(conn, table, skewed.pid)
-                time.sleep(0.05)
-            assert not left, f"the healthy child did not take over {sorted(left)[:5]}"
-    finally:
-        if healthy.poll() is None:
-            _kill(healthy)
-            deaths[healthy.pid] = time.time()
-    _record_final_kills(url, table, [healthy], deaths, report)
-    with psycopg.connect(url, autocommit=True) as conn:
-        too_old = conn.execute(
-            f"SELECT count(*) FROM {table} WHERE state = 'abandoned' "
-            "AND last_error LIKE '%%freshness%%'"
-        ).fetchone()
-    stale = int(too_old[0]) if too_old else 0
-    _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
-    return report, orphaned, stale
-
-
-def measure_takeover(
-    url: str, prefix: str, tmp: Path, *, kills: int, lease: float, sweep: float, seed: int
-) -> tuple[list[float], Report]:
-    """Seconds from each SIGKILL of one of two live children on a PostgreSQL ledger (``lease``,
-    periodic sweep every ``sweep`` s) until every reply it left open was delivered or abandoned
-    by the survivor. The victim is started again after each measurement."""
-    import psycopg
-
-    rng = random.Random(seed)
-    out = tmp / "sent.jsonl"
-    extra = ("--prefix", prefix, "--lease", str(lease), "--sweep", str(sweep))
-    table = f"{prefix}ledger"
-    report = Report()
-    deaths: dict[int, float] = {}
-    phases = [tmp / "a.phase", tmp / "b.phase"]
-    firsts = [0, 1_000_000]
-    children = [
-        _child(url, out, phases[n], mode="serve", first=firsts[n], extra=extra) for n in range(2)
-    ]
-    times: list[float] = []
-
-    try:
-        for n in range(2):
-            assert _wait_phase(children[n], phases[n], "serve", 30), "a child did not start"
-        for number in range(kills):
-            time.sleep(rng.uniform(0.3, 0.6))
-            victim = children[number % 2]
-            _kill(victim)
-            killed = time.monotonic()
-            deaths[victim.pid] = time.time()
-            time.sleep(SERVER_SETTLE)  # the lease outlasts it: nothing is taken over meanwhile
-            with psycopg.connect(url, autocommit=True) as conn:
-                left = _open_rows_of(conn, table, victim.pid)
-                counts = dict(
-                    conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
-                )
-                report.kills.append(Kill("serve", counts, left, deaths[victim.pid], victim.pid))
-                assert left, "the kill left nothing to recover"
-                waiting = set(left)
-                while waiting and time.monotonic() - killed < lease + 60:
-                    waiting = {
-                        row[0]
-                        for row in conn.execute(
-                            f"SELECT id FROM {table} WHERE id = ANY(%s) AND state NOT IN "
-                            "('delivered', 'abandoned')",
-                            (sorted(waiting),),
-                        ).fetchall()
-                    }
-                    time.sleep(0.01)
-            assert not waiting, f"not recovered within {lease + 60} s: {sorted(waiting)[:3]}"
-            times.append(time.monotonic() - killed)
-            firsts[number % 2] = 10_000_000 * (number + 1)  # a fresh range of replies
-            children[number % 2] = _child(
-                url, out, phases[number % 2], mode="serve", first=firsts[number % 2], extra=extra
-            )
-            assert _wait_phase(children[number % 2], phases[number % 2], "serve", 30)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                _kill(child)
-                deaths[child.pid] = time.time()
-    _record_final_kills(url, table, children, deaths, report)
-    # every check, including: no reply passed from a process to another while the first lived
-    _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
-    return times, report
-
-
-def _open_rows_of(conn: Any, table: str, pid: int) -> set[str]:
-    """The open rows the process ``pid`` holds (its owner id names its pid)."""
-    return {
-        row[0]
-        for row in conn.execute(
-            f"SELECT id FROM {table} WHERE state IN ('pending', 'attempting', 'failed') "
-            "AND owner LIKE %s",
-            (f"%|{pid}|%",),
-        ).fetchall()
-    }
-
-
-def _record_final_kills(
-    url: str,
-    table: str,
-    children: list[subprocess.Popen[bytes]],
-    deaths: dict[int, float],
-    report: Report,
-) -> None:
-    """The kills that end a run: record what each left attempting, as ``run_postgres_pair``
-    does, so the checks know those rows were in flight."""
-    import psycopg
-
-    time.sleep(SERVER_SETTLE)
-    with psycopg.connect(url, autocommit=True) as conn:
-        counts = dict(
-            conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
-        )
-        attempting = dict(
-            conn.execute(f"SELECT id, owner FROM {table} WHERE state = 'attempting'").fetchall()
-        )
-    for child in children:
-        left = {oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner}
-        report.kills.append(Kill("stop", counts, left, deaths[child.pid], child.pid))
-
-
-def _drain_and_check_postgres(
-    url: str,
-    table: str,
-    out: Path,
-    tmp: Path,
-    report: Report,
-    extra: tuple[str, ...],
-    deaths: dict[int, float],
-) -> None:
-    """Drain what the children left, then run every check over the final rows."""
-    import psycopg
-
-    _drain(url, out, tmp, report, extra)
-    with psycopg.connect(url, autocommit=True) as conn:
-        cursor = conn.execute(f"SELECT * FROM {table}")
-        names = [column.name for column in cursor.description or ()]
-        final = {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
-    for row in final.values():
-        row["chunks"] = row["chunks"] or ""
-    # PostgreSQL rows carry the database's clock as each host estimated it (the middle of its
-    # quickest recent round trip, so off by at most half of it), not the host's wall clock: a
-    # reply that fails at once is stamped abandoned up to that much "before" its own start.
-    check(out, final, report, deaths=deaths, clock_slack=PG_CLOCK_SLACK)
-
-
-def _wait_lost(out: Path, pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(e["ev"] == "lost" and e["pid"] == pid for e in read_sends(out)):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def phases_seen(report: Report) -> Counter[str]:

@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crash_harness import run_postgres_pair, run_sqlite
+from crash_harness import run_sqlite
+from crash_postgres import run_postgres_pair
 
 
 def main() -> int:

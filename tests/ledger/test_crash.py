@@ -1,7 +1,8 @@
 """The crash test of the real thing: SIGKILL a child running the shipped ledger and store.
 
-See ``crash_harness.py`` for what is checked. The normal suite kills a few dozen times; the soak
-(``python tests/ledger/soak.py --kills 300``, or ``pytest -m slow``) kills hundreds of times.
+See ``crash_harness.py`` for what is checked (``crash_postgres.py`` has the shared-ledger runs).
+The normal suite kills a few dozen times; the soak (``python tests/ledger/soak.py --kills 300``,
+or ``pytest -m slow``) kills hundreds of times.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import pytest
 from bridge_core.testing.services import require_postgres
 
 sys.path.insert(0, str(Path(__file__).parent))
-from crash_harness import (
+from crash_harness import run_sqlite
+from crash_postgres import (
     measure_takeover,
     run_postgres_pair,
     run_postgres_pause,
     run_postgres_skewed,
-    run_sqlite,
 )
 
 SEED = int(os.environ.get("BRIDGE_CRASH_SEED", "20261130"))
