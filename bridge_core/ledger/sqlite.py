@@ -96,6 +96,9 @@ def _setup(conn: sqlite3.Connection) -> None:
 
 _OPEN_STATES = tuple(state.value for state in CLAIMABLE_STATES)
 _CLAIMABLE_UNHELD = frozenset({State.PENDING, State.FAILED})
+# Settles whose commit need not be fsynced: delivered, and the proof of a held claim (it changes
+# only ``updated_at``). Lost on a power cut, the row is still attempting at its fence (ADR 0143).
+_UNSYNCED_SETTLES = frozenset({State.DELIVERED, State.ATTEMPTING})
 _KNOWN_LIMIT = 50_000
 _SELECT = f"SELECT {COLUMNS} FROM ledger"
 
@@ -353,7 +356,8 @@ class SQLiteLedgerStore:
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
     ) -> Obligation | None:
         item, known = self._held_item(obligation_id, fence, now, ref=ref)
-        result = await self.writer.call_merged(self._held, item)
+        # A part's ref lost on a power cut: that part goes again, labelled (ADR 0143).
+        result = await self.writer.call_merged(self._held, item, durable=False)
         return self._held_result(known, result, now, ref=ref)
 
     async def mark_delivered(
@@ -370,7 +374,8 @@ class SQLiteLedgerStore:
                 known = None
             created_at = None if known is None else known.created_at
             prepared.append((oid, fence, now, ref.channel, ref.message_id, ref.thread, created_at))
-        return await self.writer.call_merged_many(self._delivered, prepared)
+        # Settles need not survive a power cut, only a process kill (ADR 0143).
+        return await self.writer.call_merged_many(self._delivered, prepared, durable=False)
 
     def _held_item(
         self,
@@ -466,7 +471,12 @@ class SQLiteLedgerStore:
             penalty=penalty,
             last_error=last_error,
         )
-        result = await self.writer.call_merged(self._held, item)
+        # A settle lost on a power cut leaves the row attempting: it is resent labelled as a
+        # possible duplicate (ADR 0143), so only a settle that gives up (abandoned) or
+        # schedules a resend (failed, pending) waits for an fsync.
+        result = await self.writer.call_merged(
+            self._held, item, durable=state not in _UNSYNCED_SETTLES
+        )
         return self._held_result(
             known,
             result,

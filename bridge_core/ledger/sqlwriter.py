@@ -11,6 +11,12 @@ commits once, then wakes each caller's event loop once per batch. With ``synchro
 commit costs an fsync; concurrent callers share it, so throughput does not pay one fsync per
 reply.
 
+A call made with ``durable=False`` (a settle: its loss on a power cut is a labelled resend,
+ADR 0143) needs its commit to survive a process kill, not a power cut. A batch of nothing but
+such calls commits at ``synchronous=NORMAL``: the WAL frames are written (in the OS's cache,
+which outlives the process) but not fsynced, and the next ``FULL`` commit's fsync of the WAL
+makes them durable with its own. A batch with any durable call commits at ``FULL`` as before.
+
 Calls queued together are concurrent (none of their callers has seen another's result), so the
 writer may run them in any order: merged kinds run grouped, in the order each kind first
 appeared.
@@ -48,6 +54,7 @@ class _Call(Generic[T]):
 
     __slots__ = (
         "done",
+        "durable",
         "error",
         "fn",
         "future",
@@ -66,11 +73,13 @@ class _Call(Generic[T]):
         item: object = None,
         *,
         many: bool = False,
+        durable: bool = True,
     ) -> None:
         self.fn = fn
         self.kind = kind
         self.item = item
         self.many = many  # ``item`` is a list of items; the result, a list of their results
+        self.durable = durable  # its commit must survive a power cut (``synchronous=FULL``)
         self.result: T | None = None
         self.error: BaseException | None = None
         self.future: asyncio.Future[None] | None = None
@@ -144,8 +153,10 @@ class SQLiteWriter:
         # group commit's callers) lands in one batch, instead of the writer waking on the
         # first call of a burst and committing it alone.
         self._gathering: dict[asyncio.AbstractEventLoop, list[_Call[Any]]] = {}
+        self._synchronous = "FULL"  # the connection's setting now (``setup`` leaves it FULL)
         self.batches = 0
         self.calls = 0
+        self.unsynced = 0  # batches committed at ``synchronous=NORMAL`` (no durable call)
 
     async def start(self) -> None:
         self._thread.start()
@@ -154,15 +165,19 @@ class SQLiteWriter:
             raise self._open_error
         self._running = True
 
-    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._submit(_Call(fn))
+    async def call(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
+        """Run ``fn(conn)`` in the writer's next transaction; returns after its commit.
+        ``durable=False``: that commit need only survive a process kill (see the module)."""
+        return await self._submit(_Call(fn, durable=durable))
 
-    async def call_merged(self, kind: Merged[I_contra, T], item: I_contra) -> T:
-        """Queue ``item`` for ``kind.run_many``; returns its result."""
+    async def call_merged(
+        self, kind: Merged[I_contra, T], item: I_contra, *, durable: bool = True
+    ) -> T:
+        """Queue ``item`` for ``kind.run_many``; returns its result (``durable``: as ``call``)."""
         # ``_submit`` inlined: this is awaited once or twice a reply, and every coroutine
         # between the caller and the future is one more frame to create, and to resume and
         # unwind when the writer's batch wakes it.
-        pending: _Call[T] = _Call(None, kind, item)
+        pending: _Call[T] = _Call(None, kind, item, durable=durable)
         self._enqueue(pending)
         if pending.future is not None:
             await pending.future
@@ -173,13 +188,14 @@ class SQLiteWriter:
         return pending.result  # type: ignore[return-value]
 
     async def call_merged_many(
-        self, kind: Merged[I_contra, T], items: Sequence[I_contra]
+        self, kind: Merged[I_contra, T], items: Sequence[I_contra], *, durable: bool = True
     ) -> list[T]:
         """Queue ``items`` for ``kind.run_many`` as one call (one wake-up for all of them, in the
-        same statements as other callers' items of that kind); returns their results in order."""
+        same statements as other callers' items of that kind); returns their results in order
+        (``durable``: as ``call``)."""
         if not items:
             return []
-        call: _Call[list[T]] = _Call(None, kind, list(items), many=True)
+        call: _Call[list[T]] = _Call(None, kind, list(items), many=True, durable=durable)
         return await self._submit(call)
 
     async def _submit(self, pending: _Call[T]) -> T:
@@ -252,9 +268,11 @@ class SQLiteWriter:
         # is rolled back and the batch runs again without it. Calls are functions of the
         # connection only, so running one again is safe; errors are rare (bugs, a full disk).
         units = _units(batch)
+        level = "FULL" if any(call.durable for call in batch) else "NORMAL"
         while units:
             failed: list[_Call[Any]] | None = None
             try:
+                self._set_synchronous(conn, level)
                 conn.execute("BEGIN IMMEDIATE")
                 for unit in units:
                     try:
@@ -271,7 +289,7 @@ class SQLiteWriter:
                 # A merged group that raised runs again item by item, to find the one.
                 rest = [other for other in units if other is not failed]
                 units = rest if len(failed) == 1 else rest + [[call] for call in failed]
-            except Exception as error:  # BEGIN or COMMIT failed: nothing of the batch is kept
+            except Exception as error:  # BEGIN, COMMIT or the PRAGMA failed: none kept
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 for unit in units:
@@ -281,6 +299,7 @@ class SQLiteWriter:
                 break
         self.batches += 1
         self.calls += len(batch)
+        self.unsynced += self._synchronous == "NORMAL"
         loop = batch[0].loop
         if loop is not None and all(call.loop is loop for call in batch):
             _schedule_wake(batch)  # the usual case, one event loop: no grouping a call
@@ -293,6 +312,19 @@ class SQLiteWriter:
             by_loop.setdefault(id(owner), []).append(call)
         for calls in by_loop.values():
             _schedule_wake(calls)
+
+    def _set_synchronous(self, conn: sqlite3.Connection, level: str) -> None:
+        """Set ``synchronous`` for the next transaction (SQLite refuses it inside one). In WAL
+        mode FULL differs from NORMAL only by the fsync of the WAL at each commit; both sync
+        the WAL's header when it is reused and around checkpoints, so neither risks the file."""
+        if level != self._synchronous:
+            try:
+                conn.execute(f"PRAGMA synchronous = {level}")
+            except Exception:  # unlikely; FULL stays the setting when it cannot be lowered
+                if level == "FULL":
+                    raise
+                return
+            self._synchronous = level
 
 
 def _units(batch: list[_Call[Any]]) -> list[list[_Call[Any]]]:

@@ -80,6 +80,48 @@ async def test_the_ledger_file_is_wal_with_full_sync_and_survives_reopening(
     await again.aclose()
 
 
+async def test_a_batch_of_settles_only_commits_without_an_fsync_and_any_other_with_one(
+    tmp_path: Path,
+) -> None:
+    # ADR 0143: a record or a claim is fsynced before its caller goes on; a settle need only
+    # survive a process kill, so a batch holding nothing else commits at synchronous=NORMAL.
+    store = await open_store(tmp_path / "ledger.db")
+    assert isinstance(store, SQLiteLedgerStore)
+    levels: list[int] = []
+    real = store.writer._set_synchronous
+
+    def spy(conn: sqlite3.Connection, level: str) -> None:
+        real(conn, level)
+        levels.append(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    store.writer._set_synchronous = spy  # type: ignore[method-assign]
+    replies = [
+        Reply(obligation_id=f"k{n}", profile="X", platform="p", channel="c", text="t")
+        for n in range(3)
+    ]
+    rows = [(await store.record(reply, now=1.0, claimed=True))[0] for reply in replies]
+    ref = MessageRef("c", "m1")
+    settled = await store.settle(
+        rows[0].id, fence=rows[0].fence, state=State.DELIVERED, now=2.0, ref=ref
+    )
+    assert settled is not None and settled.state is State.DELIVERED
+    held = await store.prove_claim(rows[1].id, fence=rows[1].fence, now=2.0)
+    assert held is not None
+    assert await store.mark_delivered([(rows[1].id, rows[1].fence, ref)], now=3.0) == [True]
+    failed = await store.settle(
+        rows[2].id, fence=rows[2].fence, state=State.FAILED, now=2.0, last_error="x"
+    )
+    assert failed is not None and failed.state is State.FAILED
+    await store.get(rows[0].id)  # any other call: FULL again
+    assert levels == [2, 2, 2, 1, 1, 1, 2, 2]  # 2 = FULL, 1 = NORMAL
+    assert store.writer.unsynced == 3
+    await store.aclose()
+    again = await open_store(tmp_path / "ledger.db")  # what was committed unsynced is there
+    found = await again.get(rows[1].id)
+    assert found is not None and found.state is State.DELIVERED
+    await again.aclose()
+
+
 async def test_an_unusable_path_is_a_ledger_error_that_says_what_to_check(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
