@@ -135,10 +135,12 @@ def scope_where(
     dead_sql: str,
     dead_params: Sequence[Any],
     ph: str,
+    open_sql: str = f"state IN {_OPEN_LITERAL}",
 ) -> tuple[str, list[Any]]:
     """``WHERE ... ORDER BY ... LIMIT ...`` for a ``Scope``, with ``ph`` as the placeholder.
 
-    ``dead_sql`` is the store's own "this row's owner is dead" predicate.
+    ``dead_sql`` is the store's own "this row's owner is dead" predicate; ``open_sql``, the
+    condition of its partial index of open rows, as that index states it.
     """
 
     def marks(count: int) -> str:
@@ -149,11 +151,11 @@ def scope_where(
     profiles = sorted(scope.profiles)
     if not set(states) <= _OPEN_VALUES:
         raise ValueError(f"a sweep scope holds only open states, got {states}")
-    # The literal term lets the planner use the partial index of open rows (``ledger_open``)
-    # and read them in order: bound parameters alone cannot prove the index's condition, and a
-    # sweep would scan and sort every row for every page.
+    # The literal term lets the planner use the partial index of open rows and read them in
+    # order: bound parameters alone cannot prove the index's condition, and a sweep would scan
+    # and sort every row for every page.
     clauses = [
-        f"state IN {_OPEN_LITERAL}",
+        f"({open_sql})",
         f"state IN ({marks(len(states))})",
         f"profile IN ({marks(len(profiles))})",
     ]
