@@ -41,6 +41,7 @@ from bridge_core.ownership.log import (
     NotAMember,
     OwnershipError,
 )
+from bridge_core.ownership.loop_native import LoopEvent, loop_native
 from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView
 
 __all__ = ["AgentGroupMember", "BusyHandler", "MemberStatistics", "TurnHandler"]
@@ -138,7 +139,10 @@ class AgentGroupMember:
         # a conversation is in _queues while a worker holds it or it waits in _ready (once)
         self._queues: dict[str, deque[Turn]] = {}
         self._ready: deque[str] = deque()
-        self._sleepers: deque[anyio.Event] = deque()  # idle workers, oldest first
+        self._sleepers: deque[LoopEvent] = deque()  # idle workers, oldest first
+        # the loop's own event class and clock, taken when run() starts (ADR 0137)
+        self._new_event: Callable[[], LoopEvent] = anyio.Event
+        self._clock: Callable[[], float] = anyio.current_time
         self._workers = 0
         self._recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
         self._in_flight = 0
@@ -178,11 +182,13 @@ class AgentGroupMember:
             view is not None
             and view.joined
             and not self._stop.is_set()
-            and anyio.current_time() - self._last_beat < 0.8 * self.expiry
+            and self._clock() - self._last_beat < 0.8 * self.expiry
         )
 
     async def run(self) -> None:
         """Serve until ``stop()`` or cancellation; rejoin under a new id after an expiry."""
+        native = loop_native()
+        self._new_event, self._clock = native.event, native.clock
         incarnation = failures = 0
         while not self._stop.is_set():
             if self.exact_id:
@@ -232,7 +238,7 @@ class AgentGroupMember:
         self._recent.clear()
         joined = await self.log.join(member, settle=self.settle)
         self.current_id = member
-        self._last_beat = anyio.current_time()
+        self._last_beat = self._clock()
         join = joined.join
         failure: LogUnavailable | None = None
         try:
@@ -321,10 +327,10 @@ class AgentGroupMember:
         ``_ready`` if more are queued: conversations take turns, as they did waiting in line
         for a limiter.
         """
-        ready, queues = self._ready, self._queues
+        ready, queues, new_event = self._ready, self._queues, self._new_event
         while not self._done.is_set():
             if not ready:
-                wake = anyio.Event()
+                wake = new_event()
                 self._sleepers.append(wake)
                 await wake.wait()
                 continue
@@ -407,7 +413,7 @@ class AgentGroupMember:
 
     async def _heartbeat_loop(self, member: str) -> None:
         while True:
-            started = anyio.current_time()
+            started = self._clock()
             try:
                 if await self.log.heartbeat(member):
                     self._last_beat = started

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import bisect
 
-import anyio
-
 from bridge_core.conversation import LogRecord
 
 __all__ = ["ReadCache"]
@@ -39,25 +37,29 @@ class ReadCache:
     def reset(self) -> None:
         self._records, self._after = [], None
 
-    def read(self, after_seq: int, limit: int) -> list[LogRecord] | None:
-        """Records after ``after_seq`` from the cache; ``None`` when the file must be read."""
+    def read(self, after_seq: int, limit: int, *, now: float) -> list[LogRecord] | None:
+        """Records after ``after_seq`` from the cache; ``None`` when the file must be read
+        (``now`` is the loop's clock)."""
         if self._after is None or after_seq < self._after:
             return None
         if after_seq < self._end:
             start = bisect.bisect_right(self._records, after_seq, key=_seq)
             return self._records[start : start + limit]
         if after_seq == self._end and not self._foreign_writes:
-            fresh = anyio.current_time() - self._verified_at < self.poll_interval
+            fresh = now - self._verified_at < self.poll_interval
             return [] if fresh else None
         return None
 
-    def fetched(self, after_seq: int, records: list[LogRecord], *, complete: bool) -> None:
-        """The file returned ``records`` after ``after_seq`` (all of them if ``complete``)."""
+    def fetched(
+        self, after_seq: int, records: list[LogRecord], *, complete: bool, now: float
+    ) -> None:
+        """The file returned ``records`` after ``after_seq`` (all of them if ``complete``);
+        ``now`` is the loop's clock when the read returned."""
         if self._after is None or after_seq != self._end:
             self._records, self._after, self._end = [], after_seq, after_seq
         self._extend(records)
         if complete:
-            self._verified_at = anyio.current_time()
+            self._verified_at = now
 
     def wrote(self, prev_seq: int, created: list[LogRecord], *, now: float) -> None:
         """Our commit appended ``created`` after the channel's record ``prev_seq``; ``now`` is

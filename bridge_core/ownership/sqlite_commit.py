@@ -5,7 +5,9 @@ of the loop go to the thread together, and the thread commits everything waiting
 ``BEGIN IMMEDIATE`` transaction, then wakes the loop once for the whole commit. A caller
 returns only after the ``COMMIT`` that holds its write. The thread is the handle's: no event
 loop task drives the commits, so no caller waits for another's, and the next batch can go to
-the thread before the members of this process fold the last one (``after_wake``).
+the thread before the members of this process fold the last one (``after_wake``): they are
+woken when that next batch reaches its ``COMMIT``, so they fold while the thread syncs the file
+rather than while it needs the interpreter (ADR 0137).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import queue
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -192,8 +195,9 @@ class LogWriter:
 
     ``on_commit(tx, now)`` runs on the loop after each commit, before any caller of it resumes
     (``tx`` is ``None`` when the commit failed; ``now`` is the loop's clock: it runs as a
-    callback, outside any task); ``after_wake()`` runs one loop turn later, after the callers
-    resumed, so their next writes are on their way to the thread before it runs.
+    callback, outside any task); ``after_wake()`` runs after the callers resumed: at once if
+    they queued no write, else on the loop once the thread is about to ``COMMIT`` their next
+    writes (or failed to), so it runs while the thread syncs the file.
     """
 
     def __init__(
@@ -213,6 +217,9 @@ class LogWriter:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._gathering: dict[object, _Group] = {}
         self._closed = False
+        # the loops that put their readers' wake off until the next COMMIT (appended on the
+        # loop, taken on the thread: a deque's append and popleft are atomic)
+        self._deferred_wakes: deque[Soon] = deque()
         self.commits = 0
         self._thread = threading.Thread(target=self._run, name="bridge-log-writer", daemon=True)
         self._thread.start()
@@ -275,7 +282,9 @@ class LogWriter:
                 writes = [write for group in groups for write in group.writes]
                 try:
                     tx = self._commit(writes)
+                    self._wake_deferred()
                 except Exception as error:  # e.g. a ROLLBACK that failed: never strand a caller
+                    self._wake_deferred()
                     tx = None
                     for write in writes:
                         write.result = None
@@ -298,7 +307,26 @@ class LogWriter:
         self._on_commit(tx, groups[0].now())
         for group in groups:
             group.done.set()
-        groups[0].soon(self._after_wake)
+        groups[0].soon(partial(self._wake_or_defer, groups[0]))
+
+    def _wake_or_defer(self, group: _Group) -> None:
+        """On the loop, after the callers resumed: when their next writes are about to go to
+        the thread, the readers are woken by that commit just before its ``COMMIT`` (they fold
+        while it syncs, not while it needs the interpreter); otherwise now."""
+        if group.loop in self._gathering and not self._closed:
+            self._deferred_wakes.append(group.soon_threadsafe)
+        else:
+            self._after_wake()
+
+    def _wake_deferred(self) -> None:
+        """On the thread: hand the readers' wakes the loops put off back to them."""
+        deferred = self._deferred_wakes
+        while deferred:
+            soon = deferred.popleft()
+            try:
+                soon(self._after_wake)
+            except RuntimeError:
+                pass  # that event loop has ended
 
     def _commit(self, batch: list[_Write]) -> LogTx | None:
         """Commit ``batch`` in one transaction; returns the transaction's account, or ``None``
@@ -311,6 +339,7 @@ class LogWriter:
             conn.execute("BEGIN IMMEDIATE")
             _run_merged(tx, batch)
             tx.flush_counts()
+            self._wake_deferred()  # the readers fold while COMMIT syncs the file
             conn.execute("COMMIT")
             self.commits += 1
             return tx

@@ -34,6 +34,7 @@ from bridge_core.ownership.log import (
     LogStatistics,
     LogUnavailable,
 )
+from bridge_core.ownership.loop_native import LoopEvent, loop_native
 from bridge_core.ownership.read_cache import ReadCache
 from bridge_core.ownership.sqlite_commit import LogTx, LogWriter
 from bridge_core.provider import InboundMessage
@@ -232,7 +233,10 @@ class SqliteConversationLog:
         self._reader = reader
         self._read_lock = anyio.CapacityLimiter(1)
         # made by a reader about to wait, set (and dropped) once per commit
-        self._changed: anyio.Event | None = None
+        self._changed: LoopEvent | None = None
+        # the event a reader waits on with a timeout, and when that reader stops waiting
+        self._timer_event: LoopEvent | None = None
+        self._timer_until = 0.0
         self._admits = 0
         self.prune_every = _PRUNE_EVERY  # admissions between prunes of old ids and records
         # members of this process read recent records from here, not each from the file
@@ -407,28 +411,48 @@ class SqliteConversationLog:
             ).fetchall()
             return [_record(row) for row in rows]
 
+        native = loop_native()
         deadline: float | None = None
         while True:
             changed = self._changed
             if changed is None:
-                changed = self._changed = anyio.Event()
-            cached = self._cache.read(after_seq, limit)
+                changed = self._changed = native.event()
+            now = native.clock()
+            cached = self._cache.read(after_seq, limit, now=now)
             if cached is not None:
                 records = cached
             else:
                 records = await self._read(query)
                 self.db_reads += 1
-                self._cache.fetched(after_seq, records, complete=len(records) < limit)
+                now = native.clock()
+                self._cache.fetched(after_seq, records, complete=len(records) < limit, now=now)
             if records or wait <= 0:
                 return records
-            now = anyio.current_time()
             if deadline is None:
                 deadline = now + wait
             remaining = deadline - now
             if remaining <= 0:
                 return records
-            with anyio.move_on_after(min(remaining, self.poll_interval)):
+            await self._wait(changed, now + min(remaining, self.poll_interval), now=now)
+
+    async def _wait(self, changed: LoopEvent, until: float, *, now: float) -> None:
+        """Wait for the next commit of this handle, or until ``until`` on the loop's clock.
+
+        The readers of a handle wait on one event; one of them (the timer) waits with a
+        timeout and sets the event when it stops waiting, for any reason, so every reader
+        wakes by the timer's time (to poll the file for other processes' writes). A reader
+        whose time is not later than the timer's waits without a cancel scope of its own.
+        """
+        if self._timer_event is changed and self._timer_until <= until:
+            await changed.wait()
+            return
+        self._timer_event, self._timer_until = changed, until
+        try:
+            with anyio.move_on_after(until - now):
                 await changed.wait()
+        finally:
+            if not changed.is_set():
+                self._wake_readers()  # ``changed`` is still the readers' event: it is unset
 
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float
