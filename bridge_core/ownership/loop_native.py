@@ -30,13 +30,22 @@ class LoopEvent(Protocol):
 
 class LoopNative:
     """``event()`` makes an event of the loop's library; ``clock()`` is the loop's time (under
-    trio, the run's clock, so a mock clock is honoured as ``anyio.current_time`` honours it)."""
+    trio, the run's clock, so a mock clock is honoured as ``anyio.current_time`` honours it);
+    ``call_at(when, callback, *args)`` is asyncio's timer on that clock (``None`` under trio,
+    whose timers belong to tasks: use a cancel scope there). A timer costs a heap entry, where
+    ``anyio.move_on_after`` also finds the task and its cancel scopes on the way in and out."""
 
-    __slots__ = ("clock", "event")
+    __slots__ = ("call_at", "clock", "event")
 
-    def __init__(self, event: Callable[[], LoopEvent], clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        event: Callable[[], LoopEvent],
+        clock: Callable[[], float],
+        call_at: Callable[..., asyncio.TimerHandle] | None,
+    ) -> None:
         self.event = event
         self.clock = clock
+        self.call_at = call_at
 
 
 def loop_native() -> LoopNative:
@@ -46,5 +55,5 @@ def loop_native() -> LoopNative:
     except RuntimeError:
         import trio  # no asyncio loop runs here: anyio runs on trio
 
-        return LoopNative(trio.Event, trio.current_time)
-    return LoopNative(asyncio.Event, loop.time)
+        return LoopNative(trio.Event, trio.current_time, None)
+    return LoopNative(asyncio.Event, loop.time, loop.call_at)

@@ -397,6 +397,8 @@ class AgentGroupMember:
         kept = self._recent.get(turn.conversation)
         if kept and kept[0].seq <= turn.seq:
             # the member folded every record since before this turn: no round trip
+            if kept[-1].seq <= turn.seq:
+                return list(kept)  # nothing newer folded yet: the usual case, copied in C
             return [record for record in kept if record.seq <= turn.seq]
         # history is context for the agent, never a reason to drop the turn: after a few
         # failed reads the agent gets the turn alone

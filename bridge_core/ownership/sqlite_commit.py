@@ -27,12 +27,25 @@ import anyio.lowlevel
 
 from bridge_core.conversation import LogRecord
 from bridge_core.ownership.log import LogUnavailable
+from bridge_core.ownership.loop_native import LoopEvent
 
 __all__ = ["LogTx", "LogWriter", "Mergeable"]
 
 T = TypeVar("T")
 
 _ROWS_PER_STATEMENT = 500  # 14 values a row at most: well under SQLite's 32,766 variables
+
+# one above the largest seq the table ever held (AUTOINCREMENT's next), from sqlite_sequence
+_NEXT_SEQ = (
+    "MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'log_records'), 0),"
+    " COALESCE((SELECT MAX(seq) FROM log_records), 0)) + 1"
+)
+# a transaction's first look at the log: the channel's last record and the next seq, at once
+_LOAD = (
+    "SELECT (SELECT seq FROM log_records WHERE channel = ? ORDER BY seq DESC LIMIT 1),"
+    " (SELECT inserted_at FROM log_records WHERE channel = ? ORDER BY seq DESC LIMIT 1), "
+    + _NEXT_SEQ
+)
 
 Soon = Callable[[Callable[[], object]], object]
 
@@ -46,6 +59,9 @@ class LogTx:
         self._clock = clock
         self._last: float | None = None
         self.prev_seq = 0  # the channel's last seq before this transaction's first insert
+        # the seq insert_many gives next: read with the last record, kept up to date by
+        # insert_many, forgotten by insert (AUTOINCREMENT) and by a rolled back write
+        self._next_seq: int | None = None
         self.created: list[LogRecord] = []
         self.pruned = False
         self.defer_counts = False
@@ -58,14 +74,17 @@ class LogTx:
 
     def now(self) -> float:
         if self._last is None:
-            row = self.conn.execute(
-                "SELECT seq, inserted_at FROM log_records WHERE channel = ? "
-                "ORDER BY seq DESC LIMIT 1",
-                (self.channel,),
+            seq, at, self._next_seq = self.conn.execute(
+                _LOAD, (self.channel, self.channel)
             ).fetchone()
-            self.prev_seq, self._last = row if row else (0, 0.0)
+            self.prev_seq, self._last = (seq, at) if seq is not None else (0, 0.0)
         self._last = max(self._clock(), self._last)
         return self._last
+
+    def rolled_back(self) -> None:
+        """A write of this transaction was rolled back (to its savepoint): what it inserted,
+        and the seqs it took, are gone."""
+        self._next_seq = None
 
     def insert(self, kind: str, *, at: float | None = None, **values: Any) -> tuple[int, float]:
         at = self.now() if at is None else at
@@ -76,6 +95,7 @@ class LogTx:
             (self.channel, kind, at, *values.values()),
         )
         assert cursor.lastrowid is not None
+        self._next_seq = None  # AUTOINCREMENT took the next one
         return cursor.lastrowid, at
 
     def insert_many(
@@ -87,13 +107,16 @@ class LogTx:
         Each row is stamped by ``now()`` as ``insert`` stamps it. Seqs are given, not left to
         AUTOINCREMENT: one above the largest the table ever held (``sqlite_sequence``, which
         SQLite raises to a given seq too), in row order, which is what AUTOINCREMENT would give
-        rows inserted one by one under this transaction's write lock.
+        rows inserted one by one under this transaction's write lock. The transaction's first
+        ``now()`` read that seq with the channel's last record (under the lock nobody else
+        appends), so most transactions spend no statement on it.
         """
-        first = self.conn.execute(
-            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'log_records'), 0),"
-            " COALESCE((SELECT MAX(seq) FROM log_records), 0)) + 1"
-        ).fetchone()[0]
-        stamped = [(first + index, self.now()) for index in range(len(rows))]
+        stamps = [self.now() for _row in rows]  # the first of a transaction loads _next_seq
+        first = self._next_seq
+        if first is None:
+            first = self.conn.execute("SELECT " + _NEXT_SEQ).fetchone()[0]
+        self._next_seq = first + len(rows)
+        stamped = [(first + index, at) for index, at in enumerate(stamps)]
         columns = ", ".join(("seq", "inserted_at", "channel", "kind", *names))
         marks = "(" + ", ".join("?" * (4 + len(names))) + ")"
         channel = self.channel
@@ -143,8 +166,8 @@ class _Group:
     soon: Soon  # calls into that loop, from the loop
     soon_threadsafe: Soon  # the same, from the writer thread
     now: Callable[[], float]  # that loop's clock (anyio.current_time needs a task)
+    done: LoopEvent  # that loop's own event (ADR 0137): set once the commit is known
     writes: list[_Write] = field(default_factory=list)
-    done: anyio.Event = field(default_factory=anyio.Event)
 
 
 _STOP = object()
@@ -153,10 +176,14 @@ _STOP = object()
 def _group(native: Any) -> _Group:
     """An empty group for the event loop ``native`` (asyncio's loop, or trio's token)."""
     if isinstance(native, asyncio.AbstractEventLoop):
-        return _Group(native, native.call_soon, native.call_soon_threadsafe, native.time)
+        return _Group(
+            native, native.call_soon, native.call_soon_threadsafe, native.time, asyncio.Event()
+        )
     import trio
 
-    return _Group(native, native.run_sync_soon, native.run_sync_soon, trio.current_time)
+    return _Group(
+        native, native.run_sync_soon, native.run_sync_soon, trio.current_time, trio.Event()
+    )
 
 
 def _run_merged(tx: LogTx, batch: list[_Write]) -> None:
@@ -361,6 +388,7 @@ class LogWriter:
                     item.result = item.op(tx)
                 except Exception as error:
                     conn.execute(f"ROLLBACK TO w{index}")
+                    tx.rolled_back()
                     del tx.created[created:]
                     item.error = error
                 conn.execute(f"RELEASE w{index}")

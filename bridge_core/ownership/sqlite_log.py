@@ -34,7 +34,7 @@ from bridge_core.ownership.log import (
     LogStatistics,
     LogUnavailable,
 )
-from bridge_core.ownership.loop_native import LoopEvent, loop_native
+from bridge_core.ownership.loop_native import LoopEvent, LoopNative, loop_native
 from bridge_core.ownership.read_cache import ReadCache
 from bridge_core.ownership.sqlite_commit import LogTx, LogWriter
 from bridge_core.provider import InboundMessage
@@ -433,26 +433,40 @@ class SqliteConversationLog:
             remaining = deadline - now
             if remaining <= 0:
                 return records
-            await self._wait(changed, now + min(remaining, self.poll_interval), now=now)
+            await self._wait(changed, now + min(remaining, self.poll_interval), native)
 
-    async def _wait(self, changed: LoopEvent, until: float, *, now: float) -> None:
+    async def _wait(self, changed: LoopEvent, until: float, native: LoopNative) -> None:
         """Wait for the next commit of this handle, or until ``until`` on the loop's clock.
 
-        The readers of a handle wait on one event; one of them (the timer) waits with a
-        timeout and sets the event when it stops waiting, for any reason, so every reader
-        wakes by the timer's time (to poll the file for other processes' writes). A reader
-        whose time is not later than the timer's waits without a cancel scope of its own.
+        The readers of a handle wait on one event, and one timer sets it if no commit does by
+        its time, so every reader wakes by then to poll the file for other processes' writes.
+        A reader whose own time is not earlier than the timer's just waits; otherwise it sets
+        the timer (on asyncio the loop's own; under trio it waits with a timeout and sets the
+        event when it stops waiting, for any reason, cancellation included).
         """
         if self._timer_event is changed and self._timer_until <= until:
             await changed.wait()
             return
         self._timer_event, self._timer_until = changed, until
+        if native.call_at is not None:
+            timer = native.call_at(until, self._poll_due, changed)
+            try:
+                await changed.wait()
+            finally:
+                if changed.is_set():
+                    timer.cancel()  # a commit woke the readers; else it still has to
+            return
         try:
-            with anyio.move_on_after(until - now):
+            with anyio.move_on_after(until - native.clock()):
                 await changed.wait()
         finally:
-            if not changed.is_set():
-                self._wake_readers()  # ``changed`` is still the readers' event: it is unset
+            self._poll_due(changed)
+
+    def _poll_due(self, changed: LoopEvent) -> None:
+        """The readers' timer: wake them if no commit did (an unset ``changed`` is still the
+        readers' event: it is replaced only when it is set)."""
+        if not changed.is_set():
+            self._wake_readers()
 
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float
