@@ -8,6 +8,13 @@ and together they were about a quarter of the event loop's work a reply (issue 1
 through each slot's own descriptor, bound once here, does the same thing at about half the
 cost. The class stays frozen (an assignment after construction still raises), and its fields,
 defaults, ``__post_init__``, equality, hash and repr are the dataclass's own.
+
+Cheaper still (ADR 0135): the instance is given, for the length of ``__init__``, an unfrozen
+class with the same slots (``__class__`` may move between two classes of the same layout), so
+each field is a plain attribute store, which the interpreter specialises for slots; the class
+is given back before ``__post_init__`` and before ``__init__`` returns: about 0.36 µs instead
+of 0.79 µs an ``Obligation``.
+An instance of a subclass (another layout) keeps the descriptor stores.
 """
 
 from __future__ import annotations
@@ -22,13 +29,16 @@ C = TypeVar("C", bound=type[Any])
 
 def quick_init(cls: C) -> C:
     """Replace the ``__init__`` of ``cls`` (a ``@dataclass(frozen=True, slots=True)``) by one
-    with the same parameters that stores through the slots' descriptors."""
+    with the same parameters that stores each field as a plain slot store (see above)."""
     params = dataclasses.fields(cls)
     if any(not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING for f in params):
         raise TypeError(f"quick_init handles plain positional fields only, not {cls.__name__}'s")
-    scope: dict[str, Any] = {}
+    # the same slots, in the same order, and nothing else: the same layout as ``cls``
+    unfrozen = type(f"_Unfrozen{cls.__name__}", (), {"__slots__": tuple(cls.__slots__)})
+    scope: dict[str, Any] = {"_cls": cls, "_unfrozen": unfrozen, "_set_class": object.__setattr__}
     signature = []
-    body = []
+    quick = ["    if type(self) is _cls:", "        _set_class(self, '__class__', _unfrozen)"]
+    slow = ["    else:"]
     for f in params:
         scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__  # the slot's member descriptor
         if f.default is dataclasses.MISSING:
@@ -36,7 +46,10 @@ def quick_init(cls: C) -> C:
         else:
             scope[f"_default_{f.name}"] = f.default
             signature.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(self, {f.name})")
+        quick.append(f"        self.{f.name} = {f.name}")
+        slow.append(f"        _set_{f.name}(self, {f.name})")
+    quick.append("        self.__class__ = _cls")
+    body = quick + slow
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     # Generated as dataclasses generates its own: one store a field, no loop, no lookups.

@@ -95,7 +95,8 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
         penalty,
         delivered,
     ) = row
-    parts, partials = decode_parts(text, chunks)
+    # a one-part reply with nothing delivered yet (most rows a sweep reads) decodes no JSON
+    parts, partials = decode_parts(text, chunks) if chunks else ((text,), ())
     # Positional: a page of a sweep decodes 500 rows on the writer's thread, and keywords cost
     # a third more per row than the fields in order.
     return Obligation(
@@ -117,7 +118,7 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
         None if next_attempt_at is None else float(next_attempt_at),
         last_error,
         bool(penalty),
-        decode_refs(delivered),
+        decode_refs(delivered) if delivered else (),
         partials,
     )
 

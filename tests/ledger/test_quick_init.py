@@ -96,3 +96,29 @@ def test_a_field_it_cannot_build_is_refused() -> None:
 
     with pytest.raises(TypeError, match="positional fields only"):
         quick_init(Listed)
+
+
+def test_the_instance_has_its_own_class_before_post_init_and_after_and_subclasses_work() -> None:
+    seen: list[type] = []
+
+    @quick_init
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Part:
+        body: str
+        count: int = 3
+
+        def __post_init__(self) -> None:
+            seen.append(type(self))
+
+    class Labelled(Part):  # another layout: one more slot
+        __slots__ = ("label",)
+
+    part = Part("a")
+    assert type(part) is Part and seen == [Part]
+    labelled = Labelled("b", 2)
+    assert type(labelled) is Labelled and seen == [Part, Labelled]
+    assert (labelled.body, labelled.count) == ("b", 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        part.count = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        labelled.body = "c"  # type: ignore[misc]
