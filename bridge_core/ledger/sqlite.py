@@ -329,18 +329,29 @@ class SQLiteLedgerStore:
             return None
         if result is True:
             assert known is not None
-            result = _changed(
-                known,
-                state=State.ATTEMPTING,
-                owner=self._owner,
-                fence=fence + 1,
-                attempts=known.attempts + 1,
-                resends=known.resends + (known.attempts > 0 and not known.penalty),
-                penalty=False,
-                next_attempt_at=None,
-                updated_at=now,
-                last_error=known.last_error,
-                delivered=known.delivered,
+            # the claim's changes applied to the row as read, built positionally (a sweep
+            # builds one a row; keywords through ``_changed`` cost twice as much)
+            result = Obligation(
+                known.id,
+                known.profile,
+                known.platform,
+                known.channel,
+                known.thread,
+                known.reply_to,
+                known.text,
+                known.chunks,
+                State.ATTEMPTING,
+                known.attempts + 1,
+                known.resends + (known.attempts > 0 and not known.penalty),
+                fence + 1,
+                self._owner,
+                known.created_at,
+                now,  # updated_at
+                None,  # next_attempt_at
+                known.last_error,
+                False,  # penalty
+                known.delivered,
+                known.partials,
             )
         return self._remember(result)
 

@@ -308,9 +308,10 @@ class MergedDelivered:
             settled = _changed_ids(
                 conn,
                 "UPDATE ledger SET updated_at = c.column3, state = 'delivered', "
-                "next_attempt_at = NULL, penalty = 0, delivered = json_insert("
-                "CASE WHEN delivered = '' THEN '[]' ELSE delivered END, '$[#]', "
-                "json_array(c.column4, c.column5, c.column6)) "
+                "next_attempt_at = NULL, penalty = 0, delivered = CASE WHEN delivered = '' "
+                "THEN '[' || json_array(c.column4, c.column5, c.column6) || ']' "
+                "ELSE json_insert(delivered, '$[#]', json_array(c.column4, c.column5, c.column6)) "
+                "END "
                 f"FROM (VALUES {_values(len(chunk), 7)}) AS c "
                 "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
                 "AND (c.column7 IS NULL OR ledger.created_at = c.column7) "
