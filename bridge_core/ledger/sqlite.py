@@ -1,7 +1,8 @@
 """The embedded ledger: one SQLite file, WAL, ``synchronous=FULL``, one writer thread.
 
-Accepted means durable across a power cut, not only a process kill. Every call goes through
-``SQLiteWriter``, which batches concurrent calls into group commits off the event loop.
+Accepted means durable across a power cut, not only a process kill. Every write goes through
+``SQLiteWriter``, which batches concurrent calls into group commits off the event loop; the
+sweeps' page reads (``candidates``) go through a second connection (``SQLiteReader``).
 Ownership is host, process id and process start time; whether an owner is alive is read from
 ``/proc`` on this host, so a SQLite ledger belongs to one host (see ``owner.py``).
 """
@@ -36,6 +37,7 @@ from bridge_core.ledger.sqlmerged import (
     MergedHeldUpdates,
     MergedRecords,
 )
+from bridge_core.ledger.sqlreader import SQLiteReader
 from bridge_core.ledger.sqlwriter import SQLiteWriter
 from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
 from bridge_core.provider import MessageRef
@@ -160,6 +162,9 @@ class SQLiteLedgerStore:
         self._me = current_owner()
         self._owner = owner if owner is not None else str(self._me)
         self.writer = SQLiteWriter(str(self.path), setup=self._setup)
+        # the sweeps' page reads, on a connection of their own off the writer's thread
+        self._reader = SQLiteReader(str(self.path), setup=self._setup_reader)
+        self._live_for_reads: set[str] = set()
         self._dead: set[str] = set()
         # ``_dead`` as the JSON list the statements compare owners with before they call
         # ``owner_alive`` (rebuilt when an owner is found dead, which is rare)
@@ -181,6 +186,13 @@ class SQLiteLedgerStore:
         _setup(conn)
         # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
         conn.create_function("owner_alive", 1, self._alive, deterministic=False)
+
+    def _setup_reader(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA busy_timeout = 10000")
+        # the same liveness as the writer's, with its own within-a-statement memory of the live
+        conn.create_function(
+            "owner_alive", 1, lambda owner: self._alive(owner, self._live_for_reads)
+        )
 
     def now(self) -> float:
         return time.time()  # a SQLite ledger belongs to one host: its clock is the store's
@@ -204,21 +216,26 @@ class SQLiteLedgerStore:
             ) from error
 
     async def aclose(self) -> None:
-        await self.writer.stop()
+        try:
+            await self._reader.aclose()
+        finally:
+            await self.writer.stop()
 
     async def renew(self) -> None:
         return None
 
-    def _alive(self, owner: str) -> bool:
+    def _alive(self, owner: str, live: set[str] | None = None) -> bool:
         """Whether ``owner`` runs. Called per row by SQL (``owner_alive``), so it remembers: a
         dead owner stays dead (its pid and start time never come back); a live one is
-        remembered only within one statement (``_forget_live`` runs before each)."""
-        if owner == self._owner or owner in self._live_now:
+        remembered only within one statement, in ``live`` (the writer's ``_live_now``, or the
+        reader's), which is cleared before each."""
+        live = self._live_now if live is None else live
+        if owner == self._owner or owner in live:
             return True
         if owner in self._dead:
             return False
         if is_alive_here(owner, me=self._me):
-            self._live_now.add(owner)
+            live.add(owner)
             return True
         if len(self._dead) > 10_000:
             self._dead.clear()
@@ -285,12 +302,12 @@ class SQLiteLedgerStore:
         )
 
         def run(conn: sqlite3.Connection) -> list[Obligation]:
-            self._forget_live()
+            self._live_for_reads.clear()
             return [
                 to_obligation(found) for found in conn.execute(f"{_SELECT} WHERE {where}", params)
             ]
 
-        rows = await self.writer.call(run)
+        rows = await self._reader.call(run)
         for row in rows:
             if row.state in _CLAIMABLE_UNHELD:
                 self._remember(row)

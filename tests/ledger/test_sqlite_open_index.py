@@ -67,7 +67,13 @@ async def test_a_sweeps_read_walks_the_index_of_open_rows_in_order(tmp_path: Pat
     store = await open_store(tmp_path / "ledger.db")
     assert isinstance(store, SQLiteLedgerStore)
     statements: list[str] = []
-    await store.writer.call(lambda conn: conn.set_trace_callback(statements.append))
+
+    def trace(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(statements.append)
+
+    # the page reads go through the reader's connection (ADR 0136), the rest through the writer
+    await store.writer.call(trace)
+    await store._reader.call(trace)
     for after in (None, (0.0, "")):
         await store.candidates(
             Scope(
@@ -89,6 +95,7 @@ async def test_a_sweeps_read_walks_the_index_of_open_rows_in_order(tmp_path: Pat
             for sql in reads
         ]
 
+    await store._reader.call(lambda conn: conn.set_trace_callback(None))
     for plan in await store.writer.call(plans):
         # no sort of every open row for every page
         assert "USING INDEX ledger_open_rows" in plan
