@@ -8,6 +8,14 @@ times of recent sends and also refuses a send that would put more than ``limit``
 
 The recorded times are bounded by the largest window limit, never by traffic.
 
+A send is counted from the moment its call ended (``sent``), not from its grant: the platform
+counts a request when it arrives, some time between the two, and a sender descheduled after its
+grant (a loaded machine, a stalled loop) would otherwise have its send arrive late while the
+sends after it are spaced from the early grant; worse, the bucket refills to its burst during
+the stall, so a full burst follows at once the late arrival: ``burst + 1`` sends at the platform
+in a moment (ADR 0144). The grant still takes its token at once, so no other send can go in
+between.
+
 ``SendGate`` is what the sender asks before each send: ``reserve(now, priority=…)`` either takes
 one send (returns ``0.0``) or says how many seconds to wait first, taking nothing; ``peek`` says
 the same without taking the send, so a post can begin (the ledger claims its reply) only once its
@@ -110,3 +118,18 @@ class BudgetGate:
         self._tokens -= 1.0
         if self._keep:
             self._history.append(now)
+
+    def sent(self, now: float) -> None:
+        """The send recorded last has ended at ``now``: count it from ``now`` instead (ADR 0144).
+
+        Its call may have reached the platform at any moment up to ``now``, so the windows count
+        it from ``now``, and the bucket holds what it would had the token been taken at ``now``:
+        what refilled meanwhile, but never more than ``burst - 1`` (a refill the burst capped
+        during the call is not the send's to keep). Exact while nothing else was recorded since
+        the send's ``record``, which holds for the one sender this gate serves (it sends one
+        operation at a time).
+        """
+        self._refill(now)
+        self._tokens = min(self._tokens, float(self._budget.burst) - 1.0)
+        if self._keep and self._history and self._history[-1] < now:
+            self._history[-1] = now

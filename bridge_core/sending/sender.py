@@ -433,16 +433,29 @@ class ChannelSender:
             if must_propagate(error):
                 self._resolve(work, self._closed())
                 raise
+            self._ended(work.op, None)
             failure = self._as_provider_error(work, error)
             self._on_failure[reading_for(failure).notifier](work, failure, now)
         else:
+            self._ended(work.op, ref)
             self._failures = 0
             self.health.proven()
-            self._queue.wrote(ref.message_id, now)
             self._counts.delivered += 1
             self._resolve(work, ref)
         finally:
             self._inflight = None
+
+    def _ended(self, op: SendOp, ref: MessageRef | None) -> None:
+        """The call of a send has ended (answered or failed): the budget and the edit spacing
+        count it from now, since the platform may have seen it at any moment up to now (ADR
+        0144). A shared gate counts it from its grant on the store's clock (ADR 0055)."""
+        ended = anyio.current_time()
+        if isinstance(self._gate, BudgetGate):
+            self._gate.sent(ended)
+        if ref is not None:
+            self._queue.wrote(ref.message_id, ended)
+        if isinstance(op, Edit):
+            self._queue.wrote(op.ref.message_id, ended)
 
     def _render(self, work: Work) -> str | None:
         """The work's text now; None when there is nothing to send (the work is then answered)."""
