@@ -14,11 +14,15 @@ stop, and is contained like an ``Exception``.
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 
-from bridge_core.provider import ProviderError
+from bridge_core.provider import ProviderError, TransportError
 
-__all__ = ["fresh_error", "must_propagate"]
+__all__ = ["fresh_error", "must_propagate", "provider_bug"]
+
+logger = logging.getLogger("bridge_core.sending")
 
 _PROCESS_STOPS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
@@ -38,3 +42,18 @@ def fresh_error(error: ProviderError) -> ProviderError:
         return type(error)(*error.args)
     except TypeError:  # a subclass with another signature: share the instance after all
         return error
+
+
+def provider_bug(
+    error: BaseException, *, provider: str, channel: str, key: object
+) -> TransportError:
+    """What a provider call that raised a non-``ProviderError`` reads as: a transport error (as
+    ``reading_for`` reads anything unclassified), logged with the channel and the work's key."""
+    logger.error(
+        "provider %r raised a non-ProviderError on channel %r (work %r)",
+        provider,
+        channel,
+        key,
+        exc_info=error,
+    )
+    return TransportError(f"{type(error).__name__}: {error}")

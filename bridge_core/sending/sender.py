@@ -70,7 +70,7 @@ from bridge_core.provider import (
     posting_with_key,
     reading_for,
 )
-from bridge_core.sending.containment import fresh_error, must_propagate
+from bridge_core.sending.containment import fresh_error, must_propagate, provider_bug
 from bridge_core.sending.health import ChannelHealth
 from bridge_core.sending.ops import (
     Edit,
@@ -425,7 +425,7 @@ class ChannelSender:
         self._sent_at.append(now)
         self._inflight = work
         try:
-            ref = await self._call(work.op, text, now)
+            ref = await self._call(work.op, text)
         except anyio.get_cancelled_exc_class():
             self._resolve(work, self._closed())
             raise
@@ -446,16 +446,14 @@ class ChannelSender:
             self._inflight = None
 
     def _ended(self, op: SendOp, ref: MessageRef | None) -> None:
-        """The call of a send has ended (answered or failed): the budget and the edit spacing
-        count it from now, since the platform may have seen it at any moment up to now (ADR
-        0144). A shared gate counts it from its grant on the store's clock (ADR 0055)."""
+        """A call ended, answered or failed: the budget and the edit spacing count it from now,
+        the latest the platform saw it (ADR 0144; a shared gate counts from its grant)."""
         ended = anyio.current_time()
         if isinstance(self._gate, BudgetGate):
             self._gate.sent(ended)
-        if ref is not None:
-            self._queue.wrote(ref.message_id, ended)
-        if isinstance(op, Edit):
-            self._queue.wrote(op.ref.message_id, ended)
+        for written in (ref, op.ref if isinstance(op, Edit) else None):
+            if written is not None:
+                self._queue.wrote(written.message_id, ended)
 
     def _render(self, work: Work) -> str | None:
         """The work's text now; None when there is nothing to send (the work is then answered)."""
@@ -479,10 +477,9 @@ class ChannelSender:
         op = work.op
         if op.begin is not None:
             # ``begin`` (the ledger's claim, a database commit) runs once the gate says the send
-            # may go, so a post still waiting for its slot has not begun (ADR 0028); an edit's
-            # too (a streamed reply's final text is an edit of its partial message). The send
-            # is then reserved after it: a grant must be used at once, or the sends it spaces
-            # would reach the platform closer together than the budget allows.
+            # may go, so a post (or an edit: a streamed reply's final text) waiting for its slot
+            # has not begun (ADR 0028). The send is reserved after it: a grant must be used at
+            # once, or the sends it spaces would reach the platform closer than the budget allows.
             delay = await self._gate.peek(anyio.current_time(), priority=work.priority)
             if delay > 0:
                 await anyio.sleep(delay)  # the work stays queued, not begun
@@ -500,7 +497,7 @@ class ChannelSender:
         self._queue.remove(work)
         return True
 
-    async def _call(self, op: SendOp, text: str, now: float) -> MessageRef:
+    async def _call(self, op: SendOp, text: str) -> MessageRef:
         """The one provider call of a send."""
         if isinstance(op, Post):
             self._counts.posts += 1
@@ -510,7 +507,6 @@ class ChannelSender:
                     return await op.call(self.channel, text, thread)
                 return await self.provider.post(self.channel, text, thread=thread)
         self._counts.edits += 1
-        self._queue.wrote(op.ref.message_id, now)
         if op.call is not None:
             return await op.call(op.ref, text)
         return await self.provider.edit(op.ref, text)
@@ -518,16 +514,8 @@ class ChannelSender:
     def _as_provider_error(self, work: Work, error: BaseException) -> ProviderError:
         if isinstance(error, ProviderError):
             return error
-        # A provider bug reads as transient, as ``reading_for`` reads anything unclassified.
-        logger.error(
-            "provider %r raised a non-ProviderError on channel %r (work %r)",
-            self.provider.name,
-            self.channel,
-            work.key,
-            exc_info=error,
-        )
         self._counts.contained += 1
-        return TransportError(f"{type(error).__name__}: {error}")
+        return provider_bug(error, provider=self.provider.name, channel=self.channel, key=work.key)
 
     def _rate_limited(self, work: Work, error: ProviderError, now: float) -> None:
         self._counts.rate_limit_pauses += 1
