@@ -36,7 +36,13 @@ __all__ = ["BudgetGate", "SendGate"]
 
 
 class SendGate(Protocol):
-    """Decides when a channel's next send may go; ``ChannelSender`` asks it before each send."""
+    """Decides when a channel's next send may go; ``ChannelSender`` asks it before each send.
+
+    A gate may also have ``async def ended(self, now: float) -> None``: the sender then awaits
+    it once the send it granted last is over (its call answered or failed, or the grant went
+    unused), so a gate shared by several senders can count a send as arriving at every moment
+    until then (ADR 0145). A gate without it counts a send from its grant.
+    """
 
     async def reserve(self, now: float, *, priority: int) -> float:
         """Take one send at once and return ``0.0``, or return the seconds to wait (nothing taken).

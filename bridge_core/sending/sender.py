@@ -131,6 +131,7 @@ class ChannelSender:
         self._sent_at: deque[float] = deque(maxlen=4096)  # recent attempts, for `chatbridge top`
         self._random = random if random is not None else random_module.Random()
         self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
+        self._report_end: Callable[[float], Awaitable[None]] | None = getattr(gate, "ended", None)
         self._queue = WorkQueue(edit_spacing=budget.edit_spacing)
         self._inflight: Work | None = None
         self._wake: anyio.Event | None = None
@@ -258,9 +259,8 @@ class ChannelSender:
         return result
 
     def rebind(self, provider: ChatProvider) -> None:
-        """Send through ``provider`` from the next send on: the reconnect watcher built a new
-        instance of the channel's provider. Queued work, pacing and health carry over; a send
-        in flight finishes on the old instance."""
+        """Send through ``provider`` from the next send on (a reconnect built a new instance):
+        queued work, pacing and health carry over; a send in flight ends on the old one."""
         self.provider = provider
 
     def cancel(self, key: Hashable) -> bool:
@@ -444,10 +444,11 @@ class ChannelSender:
             self._resolve(work, ref)
         finally:
             self._inflight = None
+        if self._report_end is not None:  # a shared gate: from now it counts as arrived (0145)
+            await self._report_end(anyio.current_time())
 
     def _ended(self, op: SendOp, ref: MessageRef | None) -> None:
-        """A call ended, answered or failed: the budget and the edit spacing count it from now,
-        the latest the platform saw it (ADR 0144; a shared gate counts from its grant)."""
+        """A call ended (answered or failed): budget and edit spacing count it from now (0144)."""
         ended = anyio.current_time()
         if isinstance(self._gate, BudgetGate):
             self._gate.sent(ended)
@@ -493,6 +494,8 @@ class ChannelSender:
         if not self._queue.is_queued(work):
             # Replaced or withdrawn while a shared gate answered (the in-process gate never
             # yields): the reserved send goes unused, which only errs on the side of the budget.
+            if self._report_end is not None:
+                await self._report_end(anyio.current_time())
             return False
         self._queue.remove(work)
         return True
