@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
-import trio.testing
 from bridge_discord import DISCORD_BUDGET
 from bridge_slack import SLACK_BUDGET
 from bridge_teams import TEAMS_BUDGET
@@ -47,28 +44,6 @@ pytestmark = pytest.mark.anyio
 # scaled down: a burst of 3, 10 a second, and at most 12 in any 2 s
 BUDGET = SendBudget(burst=3, per_second=10.0, windows=(Window(12, 2.0),), edit_spacing=0.0)
 VIRTUAL = pytest.mark.parametrize("anyio_backend", ["virtual"], indirect=True)
-
-
-@pytest.fixture
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    """Real time on asyncio for Redis; ``VIRTUAL`` tests get trio with a fresh mock clock."""
-    if getattr(request, "param", None) == "virtual":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return "asyncio"
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    url = require_redis()
-    name = f"test-budget-{secrets.token_hex(4)}"
-    yield name
-    redis = Redis.from_url(url)
-    try:
-        keys = [key async for key in redis.scan_iter(match=f"{name}:*")]
-        if keys:
-            await redis.delete(*keys)
-    finally:
-        await redis.aclose()
 
 
 async def gateways(count: int, prefix: str) -> list[SharedBudgets]:
@@ -472,13 +447,6 @@ class ScriptedGate:
             await self.hold.wait()
             self.hold = None
         return self.waits.pop(0) if self.waits else 0.0
-
-
-@pytest.fixture
-def console(tmp_path: Path) -> ConsoleProvider:
-    return ConsoleProvider(
-        ConsoleSettings(transcript=tmp_path / "t.jsonl", output="none"), run_prefix="r"
-    )
 
 
 @VIRTUAL

@@ -12,14 +12,12 @@ its microsecond. Virtual time for the sender's side of the seam (it reports ever
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
-import trio.testing
 from redis.asyncio import Redis
 
 from bridge_core.provider import MessageRef, MessageRejected, SendBudget, Window
@@ -35,28 +33,6 @@ pytestmark = pytest.mark.anyio
 SLOW = SendBudget(burst=3, per_second=4.0, windows=(Window(12, 2.0),), edit_spacing=0.0)
 TERMINAL = Priority.TERMINAL
 VIRTUAL = pytest.mark.parametrize("anyio_backend", ["virtual"], indirect=True)
-
-
-@pytest.fixture
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    """Real time on asyncio for Redis; ``VIRTUAL`` tests get trio with a fresh mock clock."""
-    if getattr(request, "param", None) == "virtual":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return "asyncio"
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    url = require_redis()
-    name = f"test-flying-{secrets.token_hex(4)}"
-    yield name
-    redis = Redis.from_url(url)
-    try:
-        keys = [key async for key in redis.scan_iter(match=f"{name}:*")]
-        if keys:
-            await redis.delete(*keys)
-    finally:
-        await redis.aclose()
 
 
 @pytest.fixture
@@ -250,13 +226,6 @@ class EndingGate:
 
     async def ended(self, now: float) -> None:
         self.told.append(("ended", now))
-
-
-@pytest.fixture
-def console(tmp_path: Path) -> ConsoleProvider:
-    return ConsoleProvider(
-        ConsoleSettings(transcript=tmp_path / "t.jsonl", output="none"), run_prefix="r"
-    )
 
 
 @VIRTUAL

@@ -5,14 +5,14 @@ the console transcript."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 from bridge_core.provider import RateLimited, SendBudget
-from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
+from bridge_core.providers.console import ConsoleProvider
 from bridge_core.sending import ChannelSender, Edit, Post
 from bridge_core.testing.budget import read_transcript
 
@@ -23,15 +23,6 @@ ONE_A_SECOND = SendBudget(burst=1, per_second=1.0, edit_spacing=0.0)
 
 class Refused(Exception):
     pass
-
-
-@pytest.fixture
-async def console(tmp_path: Path) -> AsyncIterator[ConsoleProvider]:
-    provider = ConsoleProvider(
-        ConsoleSettings(transcript=tmp_path / "t.jsonl", output="none"), run_prefix="r"
-    )
-    yield provider
-    await provider.aclose()
 
 
 def sent(tmp_path: Path) -> list[tuple[float, str, str]]:

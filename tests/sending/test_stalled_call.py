@@ -9,14 +9,11 @@ burst during the stall and a whole burst followed the late arrival at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import anyio
 import pytest
 
 from bridge_core.provider import MessageRef, MessageRejected, SendBudget, Window
-from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
+from bridge_core.providers.console import ConsoleProvider
 from bridge_core.sending import BudgetGate, ChannelSender, Post, Priority
 from bridge_core.testing.budget import TranscriptEntry, check_budget, check_edit_spacing
 
@@ -48,15 +45,6 @@ class LatePlatform:
         )
         if self.fail:
             raise MessageRejected("refused after it arrived")
-
-
-@pytest.fixture
-async def console(tmp_path: Path) -> AsyncIterator[ConsoleProvider]:
-    provider = ConsoleProvider(
-        ConsoleSettings(transcript=tmp_path / "t.jsonl", output="none"), run_prefix="r"
-    )
-    yield provider
-    await provider.aclose()
 
 
 async def test_a_stalled_send_is_not_followed_by_a_whole_burst(console: ConsoleProvider) -> None:
