@@ -125,6 +125,10 @@ class BudgetGate:
         if self._keep:
             self._history.append(now)
 
+    async def ended(self, now: float) -> None:
+        """``SendGate``'s end of a send: ``sent(now)`` (the sender awaits it after each call)."""
+        self.sent(now)
+
     def sent(self, now: float) -> None:
         """The send recorded last has ended at ``now``: count it from ``now`` instead (ADR 0144).
 

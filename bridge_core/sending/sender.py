@@ -131,7 +131,9 @@ class ChannelSender:
         self._sent_at: deque[float] = deque(maxlen=4096)  # recent attempts, for `chatbridge top`
         self._random = random if random is not None else random_module.Random()
         self._gate: SendGate = gate if gate is not None else BudgetGate(budget)
-        self._report_end: Callable[[float], Awaitable[None]] | None = getattr(gate, "ended", None)
+        self._report_end: Callable[[float], Awaitable[None]] | None = getattr(
+            self._gate, "ended", None
+        )
         self._queue = WorkQueue(edit_spacing=budget.edit_spacing)
         self._inflight: Work | None = None
         self._wake: anyio.Event | None = None
@@ -444,14 +446,12 @@ class ChannelSender:
             self._resolve(work, ref)
         finally:
             self._inflight = None
-        if self._report_end is not None:  # a shared gate: from now it counts as arrived (0145)
+        if self._report_end is not None:  # from now the send counts as arrived (0144, 0145)
             await self._report_end(anyio.current_time())
 
     def _ended(self, op: SendOp, ref: MessageRef | None) -> None:
-        """A call ended (answered or failed): budget and edit spacing count it from now (0144)."""
+        """A call ended (answered or failed): the edit spacing counts it from now (ADR 0144)."""
         ended = anyio.current_time()
-        if isinstance(self._gate, BudgetGate):
-            self._gate.sent(ended)
         for written in (ref, op.ref if isinstance(op, Edit) else None):
             if written is not None:
                 self._queue.wrote(written.message_id, ended)
