@@ -8,6 +8,10 @@
    request-to-202 latency. 600 messages each (30 s at 20/s): the p99 of 200 was their second
    slowest, which one fsync stall or one descheduling of either process moved by 2x between
    runs; of 600 it is the seventh slowest.
+3. Beside them, not a target: the p99 of an ``fdatasync`` of 12 KiB in the ledger's folder at the
+   same rate, as many times as messages. The record's commit waits for one (ADR 0121) and the
+   floor for none, so a p99 of the disk's flush above the floor's p99 puts the target out of
+   the message path's reach whatever its code does (ADR 0154).
 
 Run: ``python bench/bench_gateway.py [--seconds 5] [--messages 600]``.
 """
@@ -160,6 +164,28 @@ async def gateway_latency(url: str, transcript: Path, messages: int, rate: float
     return [posted[text] - at for text, at in sent.items() if text in posted]
 
 
+def disk_sync_latency(folder: Path, samples: int, rate: float) -> list[float]:
+    """``fdatasync`` of three pages rewritten in place (as a record's commit appends its frames
+    to a reused WAL), ``samples`` times at ``rate`` a second: what the disk alone adds."""
+    path = folder / "sync-probe"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        block = b"\x5a" * 12288
+        os.write(fd, block)
+        os.fsync(fd)  # allocated before the clock starts: later writes change no metadata
+        out = []
+        for _ in range(samples):
+            os.pwrite(fd, block, 0)
+            began = time.perf_counter()
+            os.fdatasync(fd)
+            out.append(time.perf_counter() - began)
+            time.sleep(max(0.0, 1 / rate - out[-1]))
+        return out
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -212,6 +238,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         gateway_lat = asyncio.run(
             gateway_latency(gateway_url, transcript, args.messages, args.rate)
         )
+        sync_lat = disk_sync_latency(workdir, args.messages, args.rate)
     finally:
         for process in (floor, gateway):
             process.send_signal(signal.SIGTERM)
@@ -258,6 +285,22 @@ def measure(args: argparse.Namespace) -> list[Figure]:
             )
         )
     print(f"  mean gateway {statistics.fmean(gateway_lat) * ms:.2f} ms")
+    print(
+        f"  the disk alone, fdatasync of 12 KiB at {args.rate:g}/s: p50 "
+        f"{pct(sync_lat, 0.5) * ms:.2f} ms, p99 {pct(sync_lat, 0.99) * ms:.2f} ms "
+        f"(one such flush is in every message's path, none in the floor's)"
+    )
+    found.append(
+        Figure(
+            name="gateway.message_disk_sync_p99",
+            value=pct(sync_lat, 0.99) * ms,
+            unit="ms",
+            floor=pct(floor_lat, 0.99) * ms,
+            higher_is_better=False,
+            label=f"fdatasync of 12 KiB beside the ledger, p99, {args.rate:g}/s "
+            "(floor: -> 202; no target: the disk's share of the message p99)",
+        )
+    )
     return found
 
 
