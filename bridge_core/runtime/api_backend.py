@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence, Set
-from typing import Any, cast
+from typing import Any
 
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent
@@ -79,10 +79,18 @@ class GatewayApi:
         if scale_out is None:
             for channel in self.channels.values():  # each channel takes the batch in order
                 channel.offer_all(events)
-        # Counted by class, in C (``map`` and ``Counter`` run no bytecode per event); a class's
-        # ``kind`` is its label (UnknownEvent's is "Unknown"), one increment per kind.
-        classes = cast("Counter[type[FleetEvent]]", Counter(map(type, events)))
-        for cls, count in classes.items():
+        # Counted by class, in C (``map``, ``list.count`` and ``Counter`` run no bytecode per
+        # event); a class's ``kind`` is its label (UnknownEvent's is "Unknown"), one increment
+        # per kind. A batch of one kind, the common one, is told by an identity count, a tenth
+        # of what ``Counter`` pays for hashing each class.
+        classes: list[type[FleetEvent]] = [*map(type, events)]
+        if not classes:
+            return
+        first = classes[0]
+        if classes.count(first) == len(classes):
+            self._metrics.events_in.labels(first.kind).inc(len(classes))
+            return
+        for cls, count in Counter(classes).items():
             self._metrics.events_in.labels(cls.kind).inc(count)
 
     async def accept_message(self, request: MessageRequest) -> MessageReceipt:

@@ -114,6 +114,9 @@ async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
                 parse_event({"kind": "Mystery", "agent": "a1"}),
             ]
         )
+        await gateway.accept_events(  # one kind: counted by one identity count
+            [parse_event({"kind": "Output", "agent": "a2", "text": t}) for t in ("x", "y")]
+        )
         receipt = await gateway.accept_message(MessageRequest(channel="ops", text="deploy done"))
         again = await gateway.accept_message(
             MessageRequest(channel="ops", text="keyed", idempotency_key="k1")
@@ -147,6 +150,8 @@ async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
     assert 'chatbridge_ledger_rows{state="delivered"} 4.0' in metrics
     assert 'chatbridge_busy_notices_total{channel="ops"} 1.0' in metrics
     assert 'chatbridge_events_in_total{kind="Unknown"} 1.0' in metrics
+    assert 'chatbridge_events_in_total{kind="AgentSpawned"} 1.0' in metrics
+    assert 'chatbridge_events_in_total{kind="Output"} 2.0' in metrics
     assert 'chatbridge_turns_answered_total{channel="ops"} 2.0' in metrics
     with pytest.raises(ShuttingDown):
         await gateway.accept_events([])
