@@ -5,6 +5,8 @@ the last ``lookback`` seconds from the log (so turns a crashed gateway admitted 
 answered are answered), then follows the log with its own cursor, folding every record into a
 ``GroupView`` and calling ``on_turn(turn, history)`` for each turn the view says it must
 deliver: turns it owns, turns it takes over at a leave, orphans it adopts at a join.
+Members of one log handle that offers ``fold_shares`` (the SQLite log) fold the log once for
+all of them (``fold_share``, ADR 0146); each still delivers only the turns assigned to it.
 
 One conversation's turns are handed to ``on_turn`` one at a time, in log order (turns taken
 over are slotted in by seq among the ones still queued); different conversations run
@@ -33,6 +35,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from bridge_core.conversation import Frame, LogRecord, Turn
+from bridge_core.ownership.fold_share import FoldShare, FoldShares, SharedMemberView
 from bridge_core.ownership.log import (
     AgentBusy,
     ConversationLog,
@@ -125,7 +128,7 @@ class AgentGroupMember:
         self.follow_wait = follow_wait
         self.exact_id = exact_id
         self._counts = _MemberCounts()
-        self.view: GroupView | None = None
+        self.view: GroupView | SharedMemberView | None = None
         self.current_id: str | None = None
         self.ready = anyio.Event()
         if max_concurrent < 1:
@@ -145,6 +148,9 @@ class AgentGroupMember:
         self._clock: Callable[[], float] = anyio.current_time
         self._workers = 0
         self._recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
+        # a shared fold's turns for this member that came before its task group (ADR 0146)
+        self._tg: TaskGroup | None = None
+        self._early: list[Turn] = []
         self._in_flight = 0
         self._idle: anyio.Event | None = None  # made only while stopping waits for it
         self._last_beat = 0.0
@@ -228,6 +234,28 @@ class AgentGroupMember:
 
     # ------------------------------------------------------------------ one incarnation
 
+    def _fold_share(self) -> FoldShare | None:
+        """The fold this member shares with the other members of its log handle, if the
+        handle offers one (ADR 0146); an exact id can be an earlier incarnation's, so a member
+        with one folds alone."""
+        shares = getattr(self.log, "fold_shares", None)
+        if self.exact_id or not isinstance(shares, FoldShares):
+            return None
+        return shares.get(
+            lookback=self.lookback,
+            history_limit=self.history_limit,
+            max_conversations=self.max_conversations,
+        )
+
+    def _routed(self, turns: list[Turn]) -> None:
+        """The shared fold assigned ``turns`` to this member."""
+        if self._done.is_set():
+            return  # stopped following, as a member folding alone stops: they move at its leave
+        if self._tg is None:
+            self._early.extend(turns)
+        else:
+            self._enqueue(self._tg, turns)
+
     async def _serve(self, member: str) -> bool:
         self._done = anyio.Event()
         self._expelled = False
@@ -235,7 +263,21 @@ class AgentGroupMember:
         self._ready.clear()
         self._sleepers.clear()
         self._workers = 0  # the last incarnation's workers ended with its task group
-        self._recent.clear()
+        self._tg, self._early = None, []
+        share = self._fold_share()
+        if share is None:
+            self._recent = OrderedDict()
+            return await self._serve_as(member, None)
+        self._recent = share.recent
+        # listed before the join is appended: no turn of ours can be folded before
+        share.register(member, self._routed)
+        try:
+            return await self._serve_as(member, share)
+        finally:
+            share.unregister(member)
+            self._tg = None
+
+    async def _serve_as(self, member: str, share: FoldShare | None) -> bool:
         joined = await self.log.join(member, settle=self.settle)
         self.current_id = member
         self._last_beat = self._clock()
@@ -245,17 +287,28 @@ class AgentGroupMember:
             async with anyio.create_task_group() as tg:
                 # heartbeat from the start: a long catch-up must not get us expired
                 tg.start_soon(self._heartbeat_loop, member)
+                view: GroupView | None
                 try:
-                    view = await self._catch_up(member, joined)
+                    if share is None:
+                        view = await self._catch_up(member, joined)
+                    else:
+                        view = await share.start(self.log, joined)
                 except LogUnavailable as error:
                     failure = error
                     tg.cancel_scope.cancel()
                     view = None
                 if view is not None:
-                    self.view = view
-                    self._enqueue(tg, view.apply(join))
+                    if share is None:
+                        self.view = view
+                        self._enqueue(tg, view.apply(join))
+                        tg.start_soon(self._follow_loop, tg, view, join.seq)
+                    else:
+                        self.view = SharedMemberView(share, view, member)
+                        self._tg = tg
+                        early, self._early = self._early, []
+                        self._enqueue(tg, early)
+                        tg.start_soon(self._follow_share, share, member)
                     self.ready.set()
-                    tg.start_soon(self._follow_loop, tg, view, join.seq)
                     await self._done.wait()
                     # stop starting turns; let in-flight ones finish, then stop heartbeating
                     with anyio.move_on_after(self.drain_timeout):
@@ -447,6 +500,26 @@ class AgentGroupMember:
                 cursor = record.seq
                 self._enqueue(tg, view.apply(record))
             if view.left:
+                self._expelled = not self._stop.is_set()
+                self._done.set()
+                return
+
+    async def _follow_share(self, share: FoldShare, member: str) -> None:
+        """Follow the log for the shared fold: whichever member reads a record first folds it
+        for all of them (``FoldShare.advance`` skips what is folded already)."""
+        backoff = 0.05
+        while not self._done.is_set():
+            try:
+                records = await self.log.read(after_seq=share.cursor, wait=self.follow_wait)
+            except Exception as error:
+                self._counts.log_errors += 1
+                logger.warning("agent group member %s: reading the log failed: %r", member, error)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, self.heartbeat_interval)
+                continue
+            backoff = 0.05
+            share.advance(records)
+            if share.has_left(member):
                 self._expelled = not self._stop.is_set()
                 self._done.set()
                 return

@@ -26,6 +26,7 @@ import anyio
 from bridge_core.conversation import Frame, Join, Leave, LeaveReason, LogRecord, Turn
 from bridge_core.conversation import conversation_id as make_conversation_id
 from bridge_core.ownership.backlog import rewind_members
+from bridge_core.ownership.fold_share import FoldShares
 from bridge_core.ownership.log import (
     DEFAULT_RETENTION,
     DEFAULT_SEEN_TTL,
@@ -241,6 +242,8 @@ class SqliteConversationLog:
         self.prune_every = _PRUNE_EVERY  # admissions between prunes of old ids and records
         # members of this process read recent records from here, not each from the file
         self._cache = ReadCache(poll_interval)
+        # ... and fold the records once for all of them (ADR 0146)
+        self.fold_shares = FoldShares()
         self.db_reads = 0
         self._writer = LogWriter(
             writer,

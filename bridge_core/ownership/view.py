@@ -99,6 +99,8 @@ class GroupView:
         self._by_owner: dict[str | None, set[str]] = {}
         self._joined = False
         self._left = False
+        # while apply_routed folds a record: every turn it assigns, with its member
+        self._routes: list[tuple[Turn, str]] | None = None
         for member, since in (members or {}).items():
             self._since[member] = since
             if member == me:
@@ -208,6 +210,23 @@ class GroupView:
             return self._on_leave(record)
         raise TypeError(f"GroupView.apply: not a log record: {record!r}")
 
+    def apply_routed(self, record: LogRecord) -> list[tuple[Turn, str]]:
+        """Fold one record for the whole group: each turn it assigns to a member now (a new
+        turn; a turn moved at a join or a leave) with that member, in log order. What ``apply``
+        returns for member ``m`` is exactly the turns routed to ``m`` here, so one fold can
+        serve every member of a process (``fold_share``)."""
+        routes: list[tuple[Turn, str]] = []
+        self._routes = routes
+        try:
+            self.apply(record)
+        finally:
+            self._routes = None
+        return routes
+
+    def present(self, member: str) -> bool:
+        """Whether ``member`` is in the membership (joined, not left)."""
+        return member in self._since
+
     def apply_all(self, records: Iterable[LogRecord]) -> list[Turn]:
         out: list[Turn] = []
         for record in records:
@@ -225,6 +244,8 @@ class GroupView:
         self._index(owner, turn.conversation)
         self._drop_oldest()
         self._counts.turns += 1
+        if self._routes is not None and owner is not None:
+            self._routes.append((turn, owner))
         if owner is not None and owner == self.me and not self._left:
             self._counts.owned += 1
             return [turn]
@@ -283,6 +304,8 @@ class GroupView:
         present = self._since
         mine_allowed = self.me is not None and not self._left
         emptied: set[str | None] = set()
+        routes = self._routes
+        routed: list[tuple[Turn, str]] = []
         for conversation in conversations:
             entry = self._pending.get(conversation)
             if entry is None:
@@ -297,6 +320,8 @@ class GroupView:
                     turns[index] = (turn, new_owner)
                     if mine:
                         out.append(turn)
+                    if routes is not None and new_owner is not None:
+                        routed.append((turn, new_owner))
             if not moved:
                 continue
             # every turn of the absent owners moved, so they no longer hold this conversation
@@ -316,4 +341,7 @@ class GroupView:
             if not self._by_owner.get(owner, True):
                 del self._by_owner[owner]
         out.sort(key=lambda turn: turn.seq)
+        if routed and routes is not None:
+            routed.sort(key=lambda route: route[0].seq)
+            routes.extend(routed)
         return out
