@@ -75,6 +75,7 @@ class Owner:
         return cls(host=host, pid=int(pid), started=rest)
 
 
+@quick_init  # built once a reply, on the event loop: see frozen.py
 @dataclass(frozen=True, slots=True)
 class Reply:
     """A final reply to deliver to one conversation, exactly as it must go out.
@@ -100,11 +101,12 @@ class Reply:
     partials: tuple[MessageRef, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("obligation_id", "profile", "platform", "channel"):
-            if not getattr(self, name):
-                raise ValueError(f"Reply.{name} must not be empty")
+        if not (self.obligation_id and self.profile and self.platform and self.channel):
+            for name in ("obligation_id", "profile", "platform", "channel"):
+                if not getattr(self, name):
+                    raise ValueError(f"Reply.{name} must not be empty")
         if not self.chunks:
-            object.__setattr__(self, "chunks", (self.text,))
+            _set_reply_chunks(self, (self.text,))
 
     @classmethod
     def answering(
@@ -133,6 +135,10 @@ class Reply:
             chunks=chunks,
             partials=partials,
         )
+
+
+# A one-part reply's chunks, stored through the slot's own descriptor (the class is frozen).
+_set_reply_chunks = Reply.__dict__["chunks"].__set__
 
 
 @quick_init  # built several times a reply: see frozen.py

@@ -1,5 +1,6 @@
 """``quick_init`` (ledger/frozen.py): the same instances as the dataclass's own ``__init__``,
-still frozen, for the ledger's records and for a class with defaults and ``__post_init__``."""
+still frozen, for the ledger's records (``Reply``, ``Obligation``, ``Delivery``) and for a class
+with defaults and ``__post_init__``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import inspect
 
 import pytest
 
-from bridge_core.ledger import Delivery, Obligation, State
+from bridge_core.ledger import Delivery, Obligation, Reply, State
 from bridge_core.ledger.frozen import quick_init
 from bridge_core.provider import MessageRef
 
@@ -44,7 +45,7 @@ ROW = dict(
 )
 
 
-@pytest.mark.parametrize("cls", [Obligation, Delivery])
+@pytest.mark.parametrize("cls", [Reply, Obligation, Delivery])
 def test_the_records_keep_the_dataclass_parameters(cls: type) -> None:
     def shape(of: type) -> list[tuple[str, object, object]]:
         return [(p.name, p.kind, p.default) for p in inspect.signature(of).parameters.values()]
@@ -68,6 +69,25 @@ def test_an_obligation_is_built_as_the_dataclass_would_and_stays_frozen() -> Non
         row.fence = 5  # type: ignore[misc]
     with pytest.raises(TypeError):
         Obligation(**{k: v for k, v in ROW.items() if k != "owner"})  # type: ignore[call-arg]
+
+
+def test_a_reply_is_built_as_the_dataclass_would_checked_and_frozen() -> None:
+    ref = MessageRef("C1", "5")
+    given = dict(obligation_id="o1", profile="X", platform="console", channel="C1", text="hi")
+    one = Reply(**given)
+    assert one.chunks == ("hi",) and one.thread is None and one.partials == ()
+    full = {**given, "thread": "t", "reply_to": "m", "chunks": ("h", "i"), "partials": (ref,)}
+    assert Reply(*full.values()) == Reply(**full)
+    assert (Reply(**full).chunks, Reply(**full).partials) == (("h", "i"), (ref,))
+    assert dataclasses.replace(one, text="ho").chunks == ("hi",)  # replace keeps chunks given
+    assert Reply.answering(profile="X", platform="console", channel="C1", answers="a", text="t")
+    for name in ("obligation_id", "profile", "platform", "channel"):
+        with pytest.raises(ValueError, match=f"Reply.{name} must not be empty"):
+            Reply(**{**given, name: ""})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.text = "changed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.chunks = ()  # type: ignore[misc]
 
 
 def test_defaults_and_post_init_run_as_the_dataclass_would() -> None:
