@@ -19,13 +19,13 @@ up from the log again, as if it were the first.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 
-from bridge_core.conversation import Frame, Leave, LogRecord, Turn
+from bridge_core.conversation import Leave, LogRecord, Turn
+from bridge_core.ownership.recent import RecentHistory
 from bridge_core.ownership.view import GroupView, ViewStatistics
 
 if TYPE_CHECKING:
@@ -55,7 +55,9 @@ class FoldShare:
         self.max_conversations = max_conversations
         self.view: GroupView | None = None
         self.cursor = 0  # the seq of the last record folded
-        self.recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
+        self.recent = RecentHistory(
+            history_limit=history_limit, max_conversations=max_conversations
+        )
         self._members: dict[str, _Registered] = {}
         self._starting: anyio.Event | None = None
 
@@ -124,7 +126,7 @@ class FoldShare:
 
     def _fold(self, view: GroupView, records: Sequence[LogRecord]) -> None:
         members = self._members
-        self._remember(records)
+        self.recent.remember(records)
         for record in records:
             self.cursor = record.seq
             for turn, owner in view.apply_routed(record):
@@ -135,21 +137,6 @@ class FoldShare:
                 registered = members.get(record.member)
                 if registered is not None:
                     registered.left = True
-
-    def _remember(self, records: Sequence[LogRecord]) -> None:
-        """Keep the last ``history_limit`` turns and frames per conversation (as a member
-        alone keeps them)."""
-        recent = self.recent
-        for record in records:
-            if isinstance(record, Turn | Frame):
-                kept = recent.get(record.conversation)
-                if kept is None:
-                    kept = recent[record.conversation] = deque(maxlen=self.history_limit)
-                    if len(recent) > self.max_conversations:
-                        recent.popitem(last=False)
-                else:
-                    recent.move_to_end(record.conversation)
-                kept.append(record)
 
 
 class SharedMemberView:

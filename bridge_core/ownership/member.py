@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import anyio
 from anyio.abc import TaskGroup
 
-from bridge_core.conversation import Frame, LogRecord, Turn
+from bridge_core.conversation import Frame, Turn
 from bridge_core.ownership.fold_share import FoldShare, FoldShares, SharedMemberView
 from bridge_core.ownership.log import (
     AgentBusy,
@@ -45,6 +45,7 @@ from bridge_core.ownership.log import (
     OwnershipError,
 )
 from bridge_core.ownership.loop_native import LoopEvent, loop_native
+from bridge_core.ownership.recent import RecentHistory
 from bridge_core.ownership.view import DEFAULT_MAX_CONVERSATIONS, GroupView
 
 __all__ = ["AgentGroupMember", "BusyHandler", "MemberStatistics", "TurnHandler"]
@@ -147,7 +148,9 @@ class AgentGroupMember:
         self._new_event: Callable[[], LoopEvent] = anyio.Event
         self._clock: Callable[[], float] = anyio.current_time
         self._workers = 0
-        self._recent: OrderedDict[str, deque[Turn | Frame]] = OrderedDict()
+        self._recent = RecentHistory(
+            history_limit=history_limit, max_conversations=max_conversations
+        )
         # a shared fold's turns for this member that came before its task group (ADR 0146)
         self._tg: TaskGroup | None = None
         self._early: list[Turn] = []
@@ -266,7 +269,9 @@ class AgentGroupMember:
         self._tg, self._early = None, []
         share = self._fold_share()
         if share is None:
-            self._recent = OrderedDict()
+            self._recent = RecentHistory(
+                history_limit=self.history_limit, max_conversations=self.max_conversations
+            )
             return await self._serve_as(member, None)
         self._recent = share.recent
         # listed before the join is appended: no turn of ours can be folded before
@@ -340,7 +345,7 @@ class AgentGroupMember:
         )
         # records before our join can never be ours; they rebuild the pending turns
         view.apply_all(backlog.records)
-        self._remember(backlog.records)
+        self._recent.remember(backlog.records)
         return view
 
     def _enqueue(self, tg: TaskGroup, turns: list[Turn]) -> None:
@@ -432,20 +437,6 @@ class AgentGroupMember:
                 "on_turn failed for turn %s of conversation %s", turn.seq, turn.conversation
             )
 
-    def _remember(self, records: Sequence[LogRecord]) -> None:
-        """Keep the last ``history_limit`` turns and frames per conversation from the fold."""
-        recent = self._recent
-        for record in records:
-            if isinstance(record, Turn | Frame):
-                kept = recent.get(record.conversation)
-                if kept is None:
-                    kept = recent[record.conversation] = deque(maxlen=self.history_limit)
-                    if len(recent) > self.max_conversations:
-                        recent.popitem(last=False)
-                else:
-                    recent.move_to_end(record.conversation)
-                kept.append(record)
-
     async def _history(self, turn: Turn) -> Sequence[Turn | Frame]:
         kept = self._recent.get(turn.conversation)
         if kept and kept[0].seq <= turn.seq:
@@ -495,7 +486,7 @@ class AgentGroupMember:
                 backoff = min(backoff * 2, self.heartbeat_interval)
                 continue
             backoff = 0.05
-            self._remember(records)
+            self._recent.remember(records)
             for record in records:
                 cursor = record.seq
                 self._enqueue(tg, view.apply(record))
