@@ -22,6 +22,9 @@ scripted errors applies (it waits out a rate limit itself); a scripted ``Unreach
 ``--skew SECONDS``: this process's wall clock (``time.time``) runs that far behind, as a host's
 whose clock is wrong; the delivery file's times stay true.
 
+A PostgreSQL child appends ``clock`` with ``bound``, how far its estimate of the database clock
+(which stamps the rows) may be off, each time that changes (see ``report_clock_bound``).
+
 A reply whose claim was lost at its turn appends ``lost``; in ``--sender`` mode a claim that
 returned appends ``claimed``. Each send appends ``start`` (when the
 send begins) and, ``--send-delay`` later, ``sent`` (the platform has it) as one JSON line each,
@@ -46,6 +49,7 @@ if "--skew" in sys.argv:
     time.time = lambda: REAL_TIME() - _SKEW
 
 from dataclasses import replace  # noqa: E402
+from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 
@@ -129,6 +133,10 @@ class AppendingPlatform:
         }
         os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
 
+    def clock_line(self, bound: float) -> None:
+        record = {"ev": "clock", "bound": bound, "pid": self.pid, "t": REAL_TIME()}
+        os.write(self.fd, (json.dumps(record) + "\n").encode())
+
     async def deliver(self, delivery: Delivery) -> MessageRef:
         if self.lane is None:
             return await self._send(delivery)
@@ -205,6 +213,33 @@ class SenderPlatform(ChatProvider):
         raise NotImplementedError
 
 
+def report_clock_bound(store: Any, platform: AppendingPlatform) -> None:
+    """A PostgreSQL store stamps rows with its estimate of the database clock, taken from the
+    quickest of its recent lease renewals and off by at most half that round trip (ADR 0018).
+    A process's first estimate rests on one renewal: on a loaded host that round trip can last
+    hundreds of ms, the process being descheduled between the server's reply and its reading of
+    the clock. Append the bound at the open and after each renewal that changes it, so the
+    checks know how far each stamp may be from the true time."""
+    samples = getattr(store, "_clock_samples", None)
+    if samples is None:
+        return  # SQLite: rows carry this host's own clock
+    renew = store.renew
+    written: list[float] = []
+
+    def write() -> None:
+        bound = min(store._clock_samples)[0] / 2
+        if not written or written[-1] != bound:
+            written.append(bound)
+            platform.clock_line(bound)
+
+    async def renew_and_report() -> None:
+        await renew()
+        write()
+
+    store.renew = renew_and_report  # DeliveryLedger.run reads store.renew when it starts
+    write()
+
+
 def phase(path: str, name: str) -> None:
     with open(path, "w", encoding="ascii") as file:
         file.write(name)
@@ -213,6 +248,7 @@ def phase(path: str, name: str) -> None:
 async def main(args: argparse.Namespace) -> int:
     store = await open_store(args.ledger, table_prefix=args.prefix, lease=args.lease or 60.0)
     platform = AppendingPlatform(args.out, args.send_delay, paced=args.paced)
+    report_clock_bound(store, platform)
     paced = SenderPlatform(platform, args.sender) if args.sender else None
     ledger = DeliveryLedger(
         store,
