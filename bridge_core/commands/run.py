@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import NoReturn
@@ -18,7 +19,7 @@ from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
 from bridge_core.runtime.logs import configure_logging
 from bridge_core.runtime.serve import config_secrets, exit_process, serve
 
-__all__ = ["LOG_LEVELS", "command", "serving_lines"]
+__all__ = ["LOG_LEVELS", "command", "freeze_startup_objects", "serving_lines"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # What stops a start, said in one line: the config or a store, never a bug's traceback.
@@ -162,6 +163,7 @@ def command(
     def announce(started: Gateway) -> None:
         for line in serving_lines(config, started):
             log.info("%s", line)
+        freeze_startup_objects()
 
     try:
         gateway = Gateway(config, options=options)
@@ -178,6 +180,16 @@ def command(
             raise
         _fail(redactor.redact(str(found)), as_json=as_json)
     exit_process(0)
+
+
+def freeze_startup_objects() -> None:
+    """Move what start-up built (modules, plugins, the config, the gateway's parts) out of the
+    cyclic collector's reach: it lives as long as the process, yet every full collection would
+    scan it again (ADR 0156). Only here, in the process's own entry point, as the collector is
+    process-wide: a program that embeds a ``Gateway`` keeps its own collector settings. Start-up's
+    garbage is collected first, so that none of it is kept for good."""
+    gc.collect()
+    gc.freeze()
 
 
 def _fail(message: str, *, as_json: bool) -> NoReturn:
