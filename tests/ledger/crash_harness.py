@@ -39,10 +39,6 @@ from pathlib import Path
 from typing import Any
 
 CHILD = Path(__file__).with_name("crash_child.py")
-# PostgreSQL finishes a statement (a claim's commit) its client sent before a SIGKILL: wait this
-# long after a kill before reading what the victim left, or a claim committed just after the
-# read looks like a reply marked though never in flight.
-SERVER_SETTLE = 0.2
 MAX_RESENDS = 3
 
 

@@ -8,6 +8,7 @@ day behind (``run_postgres_skewed``), and the time a takeover takes (``measure_t
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from crash_harness import (
-    SERVER_SETTLE,
     Kill,
     Report,
     check,
@@ -27,6 +27,60 @@ from crash_harness import (
     start_child,
     wait_phase,
 )
+
+
+def postgres_ports(pid: int, server_port: int) -> set[int]:
+    """The local ports of ``pid``'s TCP connections to PostgreSQL, read from /proc while it
+    lives: the ``client_port`` of each of its backends in ``pg_stat_activity``."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                local, remote, inode = fields[1], fields[2], fields[9]
+                if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                    ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def sigkill_settled(child: subprocess.Popen[bytes], url: str, *, timeout: float = 60.0) -> float:
+    """SIGKILL ``child``, then wait until PostgreSQL has ended every backend of its
+    connections; returns the time of death (``time.time()`` just after the kill).
+
+    A backend finishes the statement its client sent before the kill (a claim's commit, which
+    waits for its fsync) and only then finds the client gone and exits. Until every backend
+    of the victim has exited, a read of the table may miss a claim that will still commit, and
+    the claim's row would then look marked though never in flight. A fixed wait is not enough:
+    an fsync on a shared disk has taken over 400 ms here."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    ports = postgres_ports(child.pid, int(conninfo_to_dict(url).get("port") or 5432))
+    sigkill(child)
+    died = time.time()
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while ports:
+            ports = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT client_port FROM pg_stat_activity WHERE client_port = ANY(%s)",
+                    (sorted(ports),),
+                ).fetchall()
+            }
+            if ports and time.monotonic() > deadline:
+                raise AssertionError(f"pid {child.pid}'s backends outlived it by {timeout} s")
+            time.sleep(0.005)
+    return died
 
 
 def run_postgres_pair(
@@ -68,8 +122,7 @@ def run_postgres_pair(
             if child.poll() is not None:
                 err = child.stderr.read().decode() if child.stderr else ""
                 raise AssertionError(f"child exited by itself ({child.returncode}): {err[-2000:]}")
-            sigkill(child)
-            deaths[child.pid] = time.time()
+            deaths[child.pid] = sigkill_settled(child, url)
             counts, attempting, highest = snapshot()
             orphans = {
                 oid for oid, owner in attempting.items() if owner and f"|{child.pid}|" in owner
@@ -93,8 +146,7 @@ def run_postgres_pair(
     finally:
         for child in children:
             if child.poll() is None:
-                sigkill(child)
-                deaths[child.pid] = time.time()
+                deaths[child.pid] = sigkill_settled(child, url)
     # The last two kills end the serving phase: record what they left in flight too.
     counts, attempting, _ = snapshot()
     for child in children:
@@ -169,7 +221,7 @@ def run_postgres_pause(
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGCONT)
-                sigkill(child)
+                sigkill_settled(child, url)
     # The final kills end the run: record what they left claimed, as run_postgres_pair does.
     for child in children:
         counts, left = held_by(child.pid)
@@ -217,9 +269,7 @@ def run_postgres_skewed(
                 raise AssertionError(
                     f"the skewed child exited ({skewed.returncode}): {err[-2000:]}"
                 )
-            sigkill(skewed)
-            deaths[skewed.pid] = time.time()
-            time.sleep(SERVER_SETTLE)
+            deaths[skewed.pid] = sigkill_settled(skewed, url)
             with psycopg.connect(url, autocommit=True) as conn:
                 counts = dict(
                     conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
@@ -243,8 +293,7 @@ def run_postgres_skewed(
             assert not left, f"the healthy child did not take over {sorted(left)[:5]}"
     finally:
         if healthy.poll() is None:
-            sigkill(healthy)
-            deaths[healthy.pid] = time.time()
+            deaths[healthy.pid] = sigkill_settled(healthy, url)
     _record_final_kills(url, table, [healthy], deaths, report)
     with psycopg.connect(url, autocommit=True) as conn:
         too_old = conn.execute(
@@ -284,10 +333,9 @@ def measure_takeover(
         for number in range(kills):
             time.sleep(rng.uniform(0.3, 0.6))
             victim = children[number % 2]
-            sigkill(victim)
             killed = time.monotonic()
-            deaths[victim.pid] = time.time()
-            time.sleep(SERVER_SETTLE)  # the lease outlasts it: nothing is taken over meanwhile
+            # the lease outlasts the wait: nothing is taken over meanwhile
+            deaths[victim.pid] = sigkill_settled(victim, url)
             with psycopg.connect(url, autocommit=True) as conn:
                 left = _open_rows_of(conn, table, victim.pid)
                 counts = dict(
@@ -316,8 +364,7 @@ def measure_takeover(
     finally:
         for child in children:
             if child.poll() is None:
-                sigkill(child)
-                deaths[child.pid] = time.time()
+                deaths[child.pid] = sigkill_settled(child, url)
     _record_final_kills(url, table, children, deaths, report)
     # every check, including: no reply passed from a process to another while the first lived
     _drain_and_check_postgres(url, table, out, tmp, report, extra, deaths)
@@ -347,7 +394,6 @@ def _record_final_kills(
     does, so the checks know those rows were in flight."""
     import psycopg
 
-    time.sleep(SERVER_SETTLE)
     with psycopg.connect(url, autocommit=True) as conn:
         counts = dict(
             conn.execute(f"SELECT state, count(*) FROM {table} GROUP BY state").fetchall()
