@@ -20,41 +20,35 @@ string (ADR 0070).
 
 from typing import Annotated, Any, Literal
 
+import msgspec
+
 from bridge_core.events import FleetEvent, StatusChanged, _new_event, _UnfrozenStatus
 
 __all__ = ["status_batch"]
 
-
-def _decoder() -> tuple[Any, tuple[type[Exception], ...]]:
-    """msgspec's decoder of a list of plain status changes, and the error it raises."""
-    try:
-        import msgspec
-    except ImportError:  # pragma: no cover  # a venv made before msgspec was a dependency
-        return None, ()
-    NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-
-    class PlainStatus(msgspec.Struct, forbid_unknown_fields=True):
-        kind: Literal["StatusChanged"]
-        agent: NonEmpty
-        status: NonEmpty
-        workspace: str | None = None
-        at: None = None
-
-    # ValidationError, a field of the wrong type or value, is a DecodeError.
-    return msgspec.json.Decoder(list[PlainStatus]), (msgspec.DecodeError,)
+_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-# Made once: a decoder is a compiled description of the shape, like a compiled pattern.
-_DECODER, _DECODE_ERRORS = _decoder()
+class _PlainStatus(msgspec.Struct, forbid_unknown_fields=True):
+    kind: Literal["StatusChanged"]
+    agent: _NonEmpty
+    status: _NonEmpty
+    workspace: str | None = None
+    at: None = None
+
+
+# Made once: a decoder is a compiled description of the shape, like a compiled pattern. A field
+# of the wrong type or value raises ValidationError, which is a DecodeError.
+_DECODER = msgspec.json.Decoder(list[_PlainStatus])
 
 
 def status_batch(raw: bytes) -> list[FleetEvent] | None:
     """The events of ``raw`` when it is an array of plain status changes, else ``None``."""
-    if _DECODER is None or b"\\" in raw:  # an escape is the general reader's (ADR 0070)
+    if b"\\" in raw:  # an escape is the general reader's (ADR 0070)
         return None
     try:
         plain = _DECODER.decode(raw)
-    except _DECODE_ERRORS:
+    except msgspec.DecodeError:
         return None
     events: list[FleetEvent] = []
     append = events.append

@@ -14,8 +14,6 @@ from bridge_core.event_batches import status_batch
 from bridge_core.events import StatusChanged, parse_checked_events
 from bridge_core.text import find_invalid_text
 
-pytest.importorskip("msgspec")
-
 
 def general(raw: bytes) -> Any:
     """What the route's general reader makes of ``raw``: its events, or the exception."""
