@@ -148,12 +148,9 @@ class SharedMemberView:
         self._shared = view
         self.me = me
 
-    def _view(self) -> GroupView:
-        return self._shared
-
     @property
     def members(self) -> dict[str, float]:
-        return self._view().members
+        return self._shared.members
 
     @property
     def joined(self) -> bool:
@@ -165,21 +162,21 @@ class SharedMemberView:
         return self._share.has_left(self.me)
 
     def owner(self, conversation: str, at: float) -> str | None:
-        return self._view().owner(conversation, at)
+        return self._shared.owner(conversation, at)
 
     def pending(self, conversation: str) -> list[tuple[Turn, str | None]]:
-        return self._view().pending(conversation)
+        return self._shared.pending(conversation)
 
     def pending_conversations(self, owner: str | None) -> set[str]:
-        return self._view().pending_conversations(owner)
+        return self._shared.pending_conversations(owner)
 
     @property
     def pending_count(self) -> int:
-        return self._view().pending_count
+        return self._shared.pending_count
 
     def statistics(self) -> ViewStatistics:
         """The shared fold's counters (turns folded for the whole group)."""
-        return self._view().statistics()
+        return self._shared.statistics()
 
 
 class FoldShares:
