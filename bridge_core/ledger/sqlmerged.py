@@ -293,7 +293,12 @@ class MergedDelivered:
     and the changes are the held update's for that settle, row by row (this owner, the fence it
     holds, ``attempting``; ``next_attempt_at`` cleared, ``penalty`` off, ``last_error`` kept,
     the ref appended), in a statement that binds seven values a row instead of twelve and tells
-    only whether each row settled (``_changed_ids``)."""
+    only whether each row settled (``_changed_ids``).
+
+    No ``NULL`` is bound a row: sqlite3 binds ``None`` through its adapter lookup (two failed
+    attribute lookups, about 0.6 µs a value against 0.1 µs for a string), so refs without a
+    thread go in a statement of their own that writes the thread as a literal ``NULL``, and
+    rows not known to the caller (no ``created_at``) in one without that condition."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
@@ -301,24 +306,40 @@ class MergedDelivered:
     def run_many(self, conn: sqlite3.Connection, items: Sequence[DeliveredItem]) -> list[bool]:
         results = [False] * len(items)
         for chunk in rounds(items, lambda item: item[0]):
-            params: list[Any] = []
-            for _, item in chunk:
-                params += item
-            params.append(self.owner)
-            settled = _changed_ids(
-                conn,
-                "UPDATE ledger SET updated_at = c.column3, state = 'delivered', "
-                "next_attempt_at = NULL, penalty = 0, delivered = CASE WHEN delivered = '' "
-                "THEN '[' || json_array(c.column4, c.column5, c.column6) || ']' "
-                "ELSE json_insert(delivered, '$[#]', json_array(c.column4, c.column5, c.column6)) "
-                "END "
-                f"FROM (VALUES {_values(len(chunk), 7)}) AS c "
-                "WHERE ledger.id = c.column1 AND ledger.fence = c.column2 "
-                "AND (c.column7 IS NULL OR ledger.created_at = c.column7) "
-                "AND ledger.owner = ? AND ledger.state = 'attempting'",
-                params,
-                len(chunk),
-            )
-            for index, item in chunk:
-                results[index] = settled is None or item[0] in settled
+            groups: dict[tuple[bool, bool], list[tuple[int, DeliveredItem]]] = {}
+            for indexed in chunk:
+                item = indexed[1]
+                groups.setdefault((item[5] is None, item[6] is None), []).append(indexed)
+            for (threadless, unknown), part in groups.items():
+                # the values bound a row: id, fence, now, channel, message id, then the thread
+                # and the row's created_at, each only when there is one
+                width = 7 - threadless - unknown
+                params: list[Any] = []
+                if width == 7:
+                    for _, item in part:
+                        params += item
+                elif unknown:
+                    for _, item in part:
+                        params += item[:width]
+                else:  # a known row's ref without a thread
+                    for _, item in part:
+                        params += item[:5]
+                        params.append(item[6])
+                params.append(self.owner)
+                thread = "NULL" if threadless else "c.column6"
+                created = "" if unknown else f"AND ledger.created_at = c.column{7 - threadless} "
+                ref = f"json_array(c.column4, c.column5, {thread})"
+                settled = _changed_ids(
+                    conn,
+                    "UPDATE ledger SET updated_at = c.column3, state = 'delivered', "
+                    "next_attempt_at = NULL, penalty = 0, delivered = CASE WHEN delivered = '' "
+                    f"THEN '[' || {ref} || ']' ELSE json_insert(delivered, '$[#]', {ref}) END "
+                    f"FROM (VALUES {_values(len(part), width)}) AS c "
+                    f"WHERE ledger.id = c.column1 AND ledger.fence = c.column2 {created}"
+                    "AND ledger.owner = ? AND ledger.state = 'attempting'",
+                    params,
+                    len(part),
+                )
+                for index, item in part:
+                    results[index] = settled is None or item[0] in settled
         return results

@@ -26,11 +26,11 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from bridge_core.ledger.model import Obligation
+from bridge_core.ledger.model import ClaimLost, Delivery, Obligation
 from bridge_core.ledger.report import SweepReport
-from bridge_core.ledger.schedule import Abandon, verdict_at_claim
+from bridge_core.ledger.schedule import Abandon, marker_for, verdict_at_claim
 from bridge_core.ledger.store import Scope
-from bridge_core.provider import MessageRef
+from bridge_core.provider import MessageRef, ProviderError
 
 if TYPE_CHECKING:
     from bridge_core.ledger.engine import DeliveryLedger
@@ -112,19 +112,57 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
         held[:] = await ledger.store.claim_many(items, now=now)
 
     async def work(todo: Iterator[Ready], group: anyio.abc.TaskGroup, left: int) -> None:
+        deliver = ledger._deliver
         for claimed, marked, poster_alive in todo:
             if left:  # the next worker starts when this one first waits (if it does)
                 group.start_soon(work, todo, group, left - 1)
                 left = 0
+            part = len(claimed.delivered)
+            parts = len(claimed.chunks)
             try:
-                outcome = await ledger._send(
-                    claimed, marked=marked, poster_alive=poster_alive, sent=sent
-                )
+                if part + 1 == parts:
+                    # One part left (nearly every row): ``_send``'s steps for it, without its
+                    # generality (a claim at the turn, later parts' progress), to a ref that is
+                    # settled with the next commit. Positional, in Delivery's field order.
+                    delivery = Delivery(
+                        claimed.id,
+                        claimed.profile,
+                        claimed.platform,
+                        claimed.channel,
+                        claimed.thread,
+                        claimed.reply_to,
+                        claimed.chunks[part],  # body
+                        marker_for(first_part=part) if marked else None,
+                        part,
+                        parts,
+                        claimed.fence,  # the claim's own: it was made before this send
+                        claimed.attempts,
+                        None,  # claim_on_begin: claimed already
+                        claimed.partials[part] if part < len(claimed.partials) else None,
+                        poster_alive,
+                    )
+                    try:
+                        ref = await deliver(delivery)
+                    except ClaimLost:
+                        outcome = Outcome(SweepOutcome.SKIPPED)
+                    except Exception as error:
+                        if not isinstance(error, ProviderError):  # unclassified: transient
+                            log.exception(
+                                "ledger: delivery of %s raised a non-provider error", claimed.id
+                            )
+                        outcome = await ledger._failed(claimed, error, marked)
+                    else:
+                        sent.append((claimed, ref, marked))
+                        continue  # settled with the next commit
+                else:  # several parts: each but the last commits its progress before the next
+                    outcome = await ledger._send(
+                        claimed, marked=marked, poster_alive=poster_alive, sent=sent
+                    )
+                    if outcome is SENT:
+                        continue  # settled with the next commit
             except BaseException:
                 ledger._sending.discard(claimed.id)
                 raise
-            if outcome is SENT:
-                continue  # settled with the next commit
             ledger._sending.discard(claimed.id)
             counts[outcome.kind] += 1
             counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
@@ -137,22 +175,31 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     ]
     claims: list[tuple[Obligation, bool, bool]] = []  # row, marked, poster alive
     todo: Iterator[Ready] = iter(())
+    sending = ledger._sending
+    schedule = ledger.schedule
     try:
         while True:
             now = ledger._clock()
             claims = []
             abandons: list[tuple[Obligation, str]] = []
+            # Nothing awaits in this loop, so whether a platform is connected is asked once
+            # a batch per platform, and the store's owner read once.
+            connected: dict[str, bool] = {}
+            me = ledger.store.owner
             while unclaimed and len(claims) < size:
                 row = unclaimed.popleft()
-                if not ledger._connected(row.platform) or row.id in ledger._sending:
+                up = connected.get(row.platform)
+                if up is None:
+                    up = connected[row.platform] = bool(ledger._connected(row.platform))
+                if not up or row.id in sending:
                     counts["skipped"] += 1
                     continue
-                verdict = verdict_at_claim(row, now=now, schedule=ledger.schedule)
+                verdict = verdict_at_claim(row, now=now, schedule=schedule)
                 if isinstance(verdict, Abandon):
                     abandons.append((row, verdict.reason))
                     continue
-                claims.append((row, verdict.marked, row.owner == ledger.store.owner))
-                ledger._sending.add(row.id)
+                claims.append((row, verdict.marked, row.owner == me))
+                sending.add(row.id)
             after = cursor[0] if len(unclaimed) < size else None
             cursor[0] = None if after is not None else cursor[0]
             done = sent[:]

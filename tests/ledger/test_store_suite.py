@@ -318,3 +318,28 @@ async def test_claim_many_and_mark_delivered_keep_each_rows_compare_and_swap(har
     assert (
         await store.claim_many([], now=NOW) == [] and await store.mark_delivered([], now=NOW) == []
     )
+
+
+async def test_mark_delivered_keeps_each_ref_with_or_without_its_thread(harness: Any) -> None:
+    """The settles of one call, refs with a thread and without, each row settled at its own
+    fence with its own ref (SQLite puts the two kinds in statements of their own)."""
+    store = await harness.store(me=True)
+    rows = [(await store.record(reply(f"t{index}"), now=NOW))[0] for index in range(4)]
+    held = await store.claim_many([(row.id, 0) for row in rows], now=NOW + 1)
+    assert all(row is not None for row in held)
+    refs = [
+        MessageRef("C1", "m0", "T0"),
+        MessageRef("C1", "m1"),
+        MessageRef("C2", "m2", "T2"),
+        MessageRef("C2", "m3"),
+    ]
+    fences = [1, 1, 0, 1]  # the third is held at fence 1: its settle misses
+    items = [(row.id, fence, ref) for row, fence, ref in zip(rows, fences, refs, strict=True)]
+    assert await store.mark_delivered(items, now=NOW + 2) == [True, True, False, True]
+    for row, ref, fence in zip(rows, refs, fences, strict=True):
+        now = await store.get(row.id)
+        assert now is not None
+        if fence:
+            assert (now.state, now.delivered, now.updated_at) == (State.DELIVERED, (ref,), NOW + 2)
+        else:
+            assert (now.state, now.delivered) == (State.ATTEMPTING, ())
