@@ -25,7 +25,15 @@ from bridge_core.ledger.model import Obligation
 from bridge_core.ledger.rows import COLUMNS, INSERT_COLUMNS, insert_params, to_obligation
 from bridge_core.ledger.sqlmerged import CHUNK, rounds
 
-__all__ = ["PG_CHUNK", "Gathered", "claim_many", "held_many", "record_many"]
+__all__ = [
+    "PG_CHUNK",
+    "DeliveredItem",
+    "Gathered",
+    "claim_many",
+    "delivered_many",
+    "held_many",
+    "record_many",
+]
 
 # Rows per statement of a sweep's page claim and settles (``by_key``): each statement joins its
 # VALUES to the table, and with a page's 400 rows the planner (its statistics stale after the
@@ -273,4 +281,42 @@ async def held_many(
         for index, item in chunk:
             row = changed.get(item[0])
             results[index] = None if row is None else to_obligation(row)
+    return results
+
+
+DeliveredItem = tuple[str, int, float, str, str, str | None]
+"""id, fence, now, and the last part's ref: channel, message id, thread."""
+_DELIVERED_CASTS = ("text", "int8", "float8", "text", "text", "text")
+
+
+async def delivered_many(
+    conn: Connection, items: list[DeliveredItem], *, table: str, owner: str
+) -> list[bool]:
+    """A sweep's delivered settles (``mark_delivered``): ``held_many``'s conditions and changes
+    for ``settle(state=DELIVERED, ref=…)``, row by row (this owner, the fence it holds,
+    ``attempting``; ``next_attempt_at`` cleared, ``penalty`` off, ``last_error`` kept, the ref
+    appended), in statements of ``PG_CHUNK`` rows driven by the primary key. Only the ids come
+    back (a delivered row is final: nothing of it is kept), and the ref is built by the
+    statement, not encoded to JSON a row here."""
+    results = [False] * len(items)
+    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK):
+        params: list[Any] = []
+        for _, item in chunk:
+            params += item
+        params.append([item[0] for _, item in chunk])
+        params.append(owner)
+        cursor = await conn.execute(
+            f"UPDATE {table} SET updated_at = c.now, state = 'delivered', "
+            "next_attempt_at = NULL, penalty = FALSE, "
+            f"delivered = {table}.delivered || "
+            "jsonb_build_array(jsonb_build_array(c.channel, c.message, c.thread)) "
+            f"FROM (VALUES {_values(len(chunk), 6, _DELIVERED_CASTS)}) "
+            "AS c (id, fence, now, channel, message, thread) "
+            f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+            f"AND {table}.owner = %s AND {table}.state = 'attempting' RETURNING {table}.id",
+            params,
+        )
+        settled = {row[0] for row in await cursor.fetchall()}
+        for index, item in chunk:
+            results[index] = item[0] in settled
     return results

@@ -31,9 +31,11 @@ from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner
 from bridge_core.ledger.pgmerged import (
     PG_CHUNK,
+    DeliveredItem,
     Gathered,
     HeldItem,
     claim_many,
+    delivered_many,
     held_many,
     record_many,
 )
@@ -127,10 +129,9 @@ class PostgresLedgerStore:
             self.connection,
             key=_first,
         )
-        self._page_held: Gathered[HeldItem, Obligation | None] = Gathered(
-            lambda conn, items: held_many(
-                conn, items, table=self._t, owner=self._owner, by_key=True
-            ),
+        # its settles, only whether each settled back (a delivered row is final)
+        self._page_delivered: Gathered[DeliveredItem, bool] = Gathered(
+            lambda conn, items: delivered_many(conn, items, table=self._t, owner=self._owner),
             self.connection,
             key=_first,
             size=PG_CHUNK,
@@ -319,13 +320,12 @@ class PostgresLedgerStore:
     async def mark_delivered(
         self, items: Sequence[tuple[str, int, MessageRef]], *, now: float
     ) -> list[bool]:
-        settled = await self._page_held.call_many(
+        return await self._page_delivered.call_many(
             [
-                (oid, fence, now, State.DELIVERED.value, None, False, None, encode_refs([ref]))
+                (oid, fence, now, ref.channel, ref.message_id, ref.thread)
                 for oid, fence, ref in items
             ]
         )
-        return [row is not None for row in settled]
 
     async def abandon(
         self, obligation_id: str, *, fence: int, now: float, reason: str
