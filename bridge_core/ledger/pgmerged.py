@@ -209,17 +209,17 @@ async def claim_many(
     results: list[Obligation | None] = [None] * len(items)
     returning = _qualified_columns(table)
     keyed = f"{table}.id = ANY(%s) AND " if by_key else ""
-    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK if by_key else CHUNK):
+    chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK if by_key else CHUNK))
+    statements: list[tuple[str, list[Any]]] = []
+    for chunk in chunks:
         params: list[Any] = [owner]
         for _, item in chunk:
             params += item
         if by_key:
             params.append([item[0] for _, item in chunk])
         params.append(owner)
-        claimed = {
-            row[0]: row
-            async for row in _rows(
-                conn,
+        statements.append(
+            (
                 f"UPDATE {table} SET state = 'attempting', owner = %s, fence = {table}.fence + 1, "
                 f"attempts = {table}.attempts + 1, resends = {table}.resends + CASE WHEN "
                 f"{table}.attempts > 0 AND NOT {table}.penalty THEN 1 ELSE 0 END, "
@@ -232,11 +232,26 @@ async def claim_many(
                 f"OR {table}.owner NOT IN ({live})) RETURNING {returning}",
                 params,
             )
-        }
+        )
+    for chunk, found in zip(chunks, await _run_all(conn, statements), strict=True):
+        claimed = {row[0]: row for row in found}
         for index, (obligation_id, _fence, _now) in chunk:
             row = claimed.get(obligation_id)
             results[index] = None if row is None else to_obligation(row)
     return results
+
+
+async def _run_all(conn: Connection, statements: list[tuple[str, list[Any]]]) -> list[list[Any]]:
+    """Each statement's rows, in order. Several (a sweep's half page in statements of
+    ``PG_CHUNK`` rows, inside the gathering's transaction) are sent in one pipeline: the same
+    statements, run by the server in the same order in the same transaction, without a round
+    trip each; the first that fails aborts the rest and raises here, as it did one by one."""
+    if len(statements) == 1:
+        cursor = await conn.execute(*statements[0])
+        return [await cursor.fetchall()]
+    async with conn.pipeline():
+        cursors = [await conn.execute(sql, params) for sql, params in statements]
+        return [await cursor.fetchall() for cursor in cursors]
 
 
 HeldItem = tuple[str, int, float, str | None, float | None, bool, str | None, str]
@@ -299,24 +314,29 @@ async def delivered_many(
     back (a delivered row is final: nothing of it is kept), and the ref is built by the
     statement, not encoded to JSON a row here."""
     results = [False] * len(items)
-    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK):
+    chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK))
+    statements: list[tuple[str, list[Any]]] = []
+    for chunk in chunks:
         params: list[Any] = []
         for _, item in chunk:
             params += item
         params.append([item[0] for _, item in chunk])
         params.append(owner)
-        cursor = await conn.execute(
-            f"UPDATE {table} SET updated_at = c.now, state = 'delivered', "
-            "next_attempt_at = NULL, penalty = FALSE, "
-            f"delivered = {table}.delivered || "
-            "jsonb_build_array(jsonb_build_array(c.channel, c.message, c.thread)) "
-            f"FROM (VALUES {_values(len(chunk), 6, _DELIVERED_CASTS)}) "
-            "AS c (id, fence, now, channel, message, thread) "
-            f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
-            f"AND {table}.owner = %s AND {table}.state = 'attempting' RETURNING {table}.id",
-            params,
+        statements.append(
+            (
+                f"UPDATE {table} SET updated_at = c.now, state = 'delivered', "
+                "next_attempt_at = NULL, penalty = FALSE, "
+                f"delivered = {table}.delivered || "
+                "jsonb_build_array(jsonb_build_array(c.channel, c.message, c.thread)) "
+                f"FROM (VALUES {_values(len(chunk), 6, _DELIVERED_CASTS)}) "
+                "AS c (id, fence, now, channel, message, thread) "
+                f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+                f"AND {table}.owner = %s AND {table}.state = 'attempting' RETURNING {table}.id",
+                params,
+            )
         )
-        settled = {row[0] for row in await cursor.fetchall()}
+    for chunk, found in zip(chunks, await _run_all(conn, statements), strict=True):
+        settled = {row[0] for row in found}
         for index, item in chunk:
             results[index] = item[0] in settled
     return results

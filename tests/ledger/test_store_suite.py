@@ -343,3 +343,22 @@ async def test_mark_delivered_keeps_each_ref_with_or_without_its_thread(harness:
             assert (now.state, now.delivered, now.updated_at) == (State.DELIVERED, (ref,), NOW + 2)
         else:
             assert (now.state, now.delivered) == (State.ATTEMPTING, ())
+
+
+async def test_a_sweeps_claims_and_settles_of_more_rows_than_one_statement(harness: Any) -> None:
+    """150 rows (PostgreSQL: three statements of 64, sent in one pipeline): each item keeps its
+    own compare-and-swap and its result's place, a repeated id and a stale fence included."""
+    store = await harness.store(me=True)
+    rows = [(await store.record(reply(f"many{index}"), now=NOW))[0] for index in range(150)]
+    assert await store.claim(rows[70].id, fence=0, now=NOW) is not None  # its fence moved on
+    items = [(row.id, 0) for row in rows] + [(rows[3].id, 0)]
+    held = await store.claim_many(items, now=NOW + 1)
+    assert [index for index, row in enumerate(held) if row is None] == [70, 150]
+    assert all(row is not None and row.id == rows[i].id for i, row in enumerate(held[:70]))
+    settles = [(row.id, 1, MessageRef("C1", f"m{index}")) for index, row in enumerate(rows)]
+    settles[20] = (rows[20].id, 0, MessageRef("C1", "stale"))  # held at fence 1, not 0
+    settled = await store.mark_delivered(settles, now=NOW + 2)
+    # row 70 was claimed by the single claim at fence 0 -> 1: its settle at fence 1 holds too
+    assert [index for index, ok in enumerate(settled) if not ok] == [20]
+    done = await store.get(rows[149].id)
+    assert done is not None and done.delivered == (MessageRef("C1", "m149"),)
