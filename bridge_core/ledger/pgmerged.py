@@ -29,6 +29,7 @@ __all__ = [
     "PG_CHUNK",
     "DeliveredItem",
     "Gathered",
+    "claim_known_many",
     "claim_many",
     "delivered_many",
     "held_many",
@@ -238,6 +239,50 @@ async def claim_many(
         for index, (obligation_id, _fence, _now) in chunk:
             row = claimed.get(obligation_id)
             results[index] = None if row is None else to_obligation(row)
+    return results
+
+
+KnownClaim = tuple[str, int, float, float]
+"""id, fence, now, and the ``created_at`` of the row as read (a sweep's page)."""
+
+
+async def claim_known_many(
+    conn: Connection, items: list[KnownClaim], *, table: str, owner: str, live: str
+) -> list[bool]:
+    """``claim_many``'s compare-and-swap for rows the caller read at that fence and not
+    ``attempting`` (a sweep's page): such a row cannot change without its fence moving, so
+    only the ids claimed come back and the caller applies the claim's changes to the row as
+    read. ``created_at`` must match too: it tells the row from an older life of its id (purged
+    and recorded again) at the same fence. Statements of ``PG_CHUNK`` rows by the primary key."""
+    results = [False] * len(items)
+    chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK))
+    statements: list[tuple[str, list[Any]]] = []
+    for chunk in chunks:
+        params: list[Any] = [owner]
+        for _, item in chunk:
+            params += item
+        params.append([item[0] for _, item in chunk])
+        params.append(owner)
+        statements.append(
+            (
+                f"UPDATE {table} SET state = 'attempting', owner = %s, fence = {table}.fence + 1, "
+                f"attempts = {table}.attempts + 1, resends = {table}.resends + CASE WHEN "
+                f"{table}.attempts > 0 AND NOT {table}.penalty THEN 1 ELSE 0 END, "
+                "penalty = FALSE, next_attempt_at = NULL, updated_at = c.now "
+                f"FROM (VALUES {_values(len(chunk), 4, ('text', 'int8', 'float8', 'float8'))}) "
+                "AS c (id, fence, now, created_at) "
+                f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+                f"AND {table}.created_at = c.created_at "
+                f"AND {table}.state IN ('pending', 'attempting', 'failed') "
+                f"AND ({table}.owner IS NULL OR {table}.owner = %s "
+                f"OR {table}.owner NOT IN ({live})) RETURNING {table}.id",
+                params,
+            )
+        )
+    for chunk, found in zip(chunks, await _run_all(conn, statements), strict=True):
+        claimed = {row[0] for row in found}
+        for index, item in chunk:
+            results[index] = item[0] in claimed
     return results
 
 

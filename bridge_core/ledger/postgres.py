@@ -34,6 +34,8 @@ from bridge_core.ledger.pgmerged import (
     DeliveredItem,
     Gathered,
     HeldItem,
+    KnownClaim,
+    claim_known_many,
     claim_many,
     delivered_many,
     held_many,
@@ -58,6 +60,35 @@ _PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 def _first(item: tuple[Any, ...]) -> str:
     """A gathered item's row id."""
     return str(item[0])
+
+
+_KNOWN_LIMIT = 50_000
+
+
+def _claimed(row: Obligation, now: float, *, owner: str) -> Obligation:
+    """``row`` (as read) with a claim's changes, as the claim statement makes them."""
+    return Obligation(
+        row.id,
+        row.profile,
+        row.platform,
+        row.channel,
+        row.thread,
+        row.reply_to,
+        row.text,
+        row.chunks,
+        State.ATTEMPTING,
+        row.attempts + 1,
+        row.resends + (row.attempts > 0 and not row.penalty),
+        row.fence + 1,
+        owner,
+        row.created_at,
+        now,  # updated_at
+        None,  # next_attempt_at
+        row.last_error,
+        False,  # penalty
+        row.delivered,
+        row.partials,
+    )
 
 
 def redact_url(url: str) -> str:
@@ -129,6 +160,18 @@ class PostgresLedgerStore:
             self.connection,
             key=_first,
         )
+        # the same for rows the page read (``_known``): only the ids claimed come back
+        self._page_known_claims: Gathered[KnownClaim, bool] = Gathered(
+            lambda conn, items: claim_known_many(
+                conn, items, table=self._t, owner=self._owner, live=self._live
+            ),
+            self.connection,
+            key=_first,
+            size=PG_CHUNK,
+        )
+        # Rows a sweep's page read pending or failed, by id: claimed at the fence read, they
+        # are built here from the row as read (event loop only; bounded, oldest dropped).
+        self._known: dict[str, Obligation] = {}
         # its settles, only whether each settled back (a delivered row is final)
         self._page_delivered: Gathered[DeliveredItem, bool] = Gathered(
             lambda conn, items: delivered_many(conn, items, table=self._t, owner=self._owner),
@@ -307,7 +350,14 @@ class PostgresLedgerStore:
         )
         async with self.connection() as conn:
             cursor = await conn.execute(f"{self._select} WHERE {where}", params)
-            return [to_obligation(row) for row in await cursor.fetchall()]
+            rows = [to_obligation(row) for row in await cursor.fetchall()]
+        known = self._known
+        while known and len(known) + len(rows) > _KNOWN_LIMIT:
+            del known[next(iter(known))]  # the oldest
+        for row in rows:
+            if row.state is not State.ATTEMPTING:  # pending or failed: changes only by fence
+                known[row.id] = row
+        return rows
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
         return await self._claims.call((obligation_id, fence, now))
@@ -315,7 +365,31 @@ class PostgresLedgerStore:
     async def claim_many(
         self, items: Sequence[tuple[str, int]], *, now: float
     ) -> list[Obligation | None]:
-        return await self._page_claims.call_many([(oid, fence, now) for oid, fence in items])
+        # A row the page read at this fence, not attempting, cannot have changed since
+        # without its fence moving (only its holder changes an attempting row in place; every
+        # claim, abandon and retry moves the fence), so only its id comes back and the claim's
+        # changes are applied to it here. Any other row comes back whole.
+        known: list[tuple[int, Obligation]] = []
+        unknown: list[tuple[int, tuple[str, int, float]]] = []
+        for index, (oid, fence) in enumerate(items):
+            row = self._known.pop(oid, None)
+            if row is not None and row.fence == fence:
+                known.append((index, row))
+            else:
+                unknown.append((index, (oid, fence, now)))
+        results: list[Obligation | None] = [None] * len(items)
+        if unknown:
+            found = await self._page_claims.call_many([item for _, item in unknown])
+            for (index, _), claimed in zip(unknown, found, strict=True):
+                results[index] = claimed
+        if known:
+            won = await self._page_known_claims.call_many(
+                [(row.id, row.fence, now, row.created_at) for _, row in known]
+            )
+            for (index, row), took in zip(known, won, strict=True):
+                if took:
+                    results[index] = _claimed(row, now, owner=self._owner)
+        return results
 
     async def mark_delivered(
         self, items: Sequence[tuple[str, int, MessageRef]], *, now: float

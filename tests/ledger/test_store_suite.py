@@ -362,3 +362,39 @@ async def test_a_sweeps_claims_and_settles_of_more_rows_than_one_statement(harne
     assert [index for index, ok in enumerate(settled) if not ok] == [20]
     done = await store.get(rows[149].id)
     assert done is not None and done.delivered == (MessageRef("C1", "m149"),)
+
+
+async def test_a_page_read_then_claimed_is_the_row_as_stored(harness: Any) -> None:
+    """Rows a sweep's page read, claimed by ``claim_many``: what comes back is the row as the
+    store now holds it (SQLite and PostgreSQL build it from the row as read), a failed row's
+    resend counted; a row whose id was purged and recorded again at the same fence is never
+    returned with the older life's content."""
+    mine = await harness.store(me=True)
+    other = await harness.store()
+    fresh, _ = await other.record(reply("p1"), now=NOW)
+    failed, _ = await other.record(reply("p2"), now=NOW)
+    gone, _ = await other.record(reply("p3", text="first life"), now=NOW)
+    held = await other.claim(failed.id, fence=0, now=NOW)
+    assert held is not None
+    await other.settle(failed.id, fence=1, state=State.FAILED, now=NOW, last_error="boom")
+    await harness.kill(other)
+    page = await mine.candidates(dead_scope(), now=NOW + 1)
+    assert {row.id for row in page} == {fresh.id, failed.id, gone.id}
+    # meanwhile the third is claimed, delivered, purged and recorded again: fence 0 again
+    again = await mine.claim(gone.id, fence=0, now=NOW + 1)
+    assert again is not None
+    await mine.settle(gone.id, fence=1, state=State.DELIVERED, now=NOW + 1)
+    assert await mine.purge(states={State.DELIVERED}) == 1
+    await mine.record(reply("p3", text="second life"), now=NOW + 2)
+    items = [(row.id, row.fence) for row in page]
+    claimed = await mine.claim_many(items, now=NOW + 3)
+    by_id = dict(zip([row.id for row in page], claimed, strict=True))
+    for oid in (fresh.id, failed.id):
+        row = by_id[oid]
+        assert row is not None and row == await mine.get(oid)
+        assert (row.state, row.owner, row.updated_at) == (State.ATTEMPTING, mine.owner, NOW + 3)
+    assert by_id[failed.id] is not None and by_id[failed.id].resends == 1  # type: ignore[union-attr]
+    assert by_id[failed.id].last_error == "boom"  # type: ignore[union-attr]
+    second = by_id[gone.id]
+    assert second is None or second == await mine.get(gone.id)
+    assert second is None or second.text == "second life"
