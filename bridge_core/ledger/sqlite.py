@@ -308,13 +308,9 @@ class SQLiteLedgerStore:
             ]
 
         rows = await self._reader.call(run)
-        # ``_remember`` for each row, inlined (a page is 500 rows): room made once
-        known = self._known
-        while known and len(known) + len(rows) > _KNOWN_LIMIT:
-            del known[next(iter(known))]  # the oldest
         for row in rows:
             if row.state in _CLAIMABLE_UNHELD:
-                known[row.id] = row
+                self._remember(row)
         return rows
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
@@ -324,23 +320,12 @@ class SQLiteLedgerStore:
     async def claim_many(
         self, items: Sequence[tuple[str, int]], *, now: float
     ) -> list[Obligation | None]:
-        # One call of the writer for them all: the claims share its statements and its commit.
-        # ``_claim_item`` for each, inlined (a sweep claims half a page at once).
-        remembered = self._known
-        prepared: list[ClaimItem] = []
-        knowns: list[Obligation | None] = []
-        for obligation_id, fence in items:
-            known = remembered.pop(obligation_id, None)
-            if known is not None and (known.fence != fence or known.state not in _CLAIMABLE_UNHELD):
-                known = None
-            prepared.append(
-                (obligation_id, fence, now, None if known is None else known.created_at)
-            )
-            knowns.append(known)
-        results = await self.writer.call_merged_many(self._claims, prepared)
+        # One call of the writer for them all: the claims share its statements and its commit
+        prepared = [self._claim_item(obligation_id, fence, now) for obligation_id, fence in items]
+        results = await self.writer.call_merged_many(self._claims, [item for item, _ in prepared])
         return [
             self._claimed(known, result, fence, now)
-            for (_, fence), known, result in zip(items, knowns, results, strict=True)
+            for (_, fence), (_, known), result in zip(items, prepared, results, strict=True)
         ]
 
     def _claim_item(
