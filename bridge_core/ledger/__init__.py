@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from bridge_core.ledger.disabled import DisabledLedger
 from bridge_core.ledger.engine import DeliveryLedger, SweepOutcome, SweepReport
+from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.kv import key_value_store
 from bridge_core.ledger.memory import MemoryBackend, MemoryLedgerStore
 from bridge_core.ledger.model import (
@@ -95,6 +96,7 @@ __all__ = [
     "MemoryLedgerStore",
     "Obligation",
     "Owner",
+    "RecordInFlight",
     "Reply",
     "Schedule",
     "Scope",

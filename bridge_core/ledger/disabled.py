@@ -11,6 +11,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
+from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.model import Deliver, Delivery, Obligation, Reply, State
 from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.rows import new_row
@@ -37,6 +38,13 @@ class DisabledLedger:
         # nothing is kept, so every call creates its row (a repeated id is sent again); there
         # is no claim to make, so ``claim`` changes nothing
         return new_row(reply, owner=None, now=self._clock()), True
+
+    def record_soon(self, reply: Reply) -> None:
+        """Nothing to queue (nothing is kept): the caller records the usual way."""
+        return None
+
+    async def send_recorded(self, recording: RecordInFlight) -> Obligation | None:
+        raise AssertionError("record_soon queues nothing here, so nothing is in flight")
 
     async def submit(self, reply: Reply) -> Obligation:
         row, _created = await self.record(reply)

@@ -19,6 +19,7 @@ from functools import partial
 import anyio
 import anyio.abc
 
+from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.model import ClaimLost, Deliver, Delivery, Obligation, Reply, State
 from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.schedule import (
@@ -111,6 +112,68 @@ class DeliveryLedger:
             self._begun[row.id] = row.fence
         return row, created
 
+    def record_soon(self, reply: Reply) -> RecordInFlight | None:
+        """Queue ``reply``'s record, claimed, without waiting for its commit, for
+        ``send_recorded`` to send as soon as the commit returns (ADR 0164): what
+        ``record(reply, claim=True)`` then ``deliver_now`` do, with the send handed to the
+        delivery function while the record commits. ``None`` (nothing queued: record the usual
+        way) unless the delivery function awaits ``begin()`` before its platform call
+        (``deliver_begins``), which is where the send waits for the commit, the platform is
+        connected, and the store can queue a record (SQLite on asyncio)."""
+        if not self._deliver_begins:
+            return None
+        self._check_profile(reply)
+        queue = getattr(self.store, "record_soon", None)
+        if queue is None or not self._connected(reply.platform):
+            return None
+        recording: RecordInFlight | None = queue(reply, now=self._clock(), claimed=True)
+        return recording
+
+    async def send_recorded(self, recording: RecordInFlight) -> Obligation | None:
+        """Send the row ``record_soon`` queued, once its record is durable: its first part's
+        ``begin()`` waits for the record's commit and lets the send go only if that commit
+        created the row (a row recorded before is not this call's to send). Returns the row as
+        it ended, or ``None`` when nothing was sent here (recorded before, or the record failed:
+        its error is the waiter's of ``committed()``)."""
+        row = recording.fresh
+        if row.id in self._sending:  # a row of this id is on its way here: this record is not
+            await self._recorded_here(recording)
+            return None
+
+        async def begin() -> None:
+            _, created = await recording.committed(first=True)
+            if not created:
+                raise ClaimLost(f"reply {row.id!r} was recorded before; not this call's to send")
+
+        async def deliver(delivery: Delivery) -> MessageRef:
+            try:
+                return await self._deliver(delivery)
+            except Exception:
+                # refused before its begin(): whose failure it is depends on the record
+                if not await self._recorded_here(recording):
+                    raise ClaimLost(f"reply {row.id!r} was not recorded by this call") from None
+                raise
+
+        self._sending.add(row.id)
+        try:
+            outcome = await self._send(
+                row, marked=False, poster_alive=True, begun=True, first_begin=begin, via=deliver
+            )
+        except Exception:
+            log.exception("ledger: delivering %s failed in the ledger itself", row.id)
+            return None
+        finally:
+            self._sending.discard(row.id)
+        return outcome.row
+
+    @staticmethod
+    async def _recorded_here(recording: RecordInFlight) -> bool:
+        try:
+            _, created = await recording.committed()
+        except Exception:
+            return False
+        return created
+
     async def submit(self, reply: Reply) -> Obligation:
         """Record ``reply``, then send it at once; returns the row as it ended.
 
@@ -193,6 +256,8 @@ class DeliveryLedger:
         poster_alive: bool = False,
         sent: list[tuple[Obligation, MessageRef, bool]] | None = None,
         begun: bool = False,
+        first_begin: Callable[[], Awaitable[None]] | None = None,
+        via: Deliver | None = None,
     ) -> Outcome:
         """Send the row's undelivered parts. ``held`` is the row as claimed, or a claim that the
         first part's ``begin()`` makes; the later parts go out under the same claim (with
@@ -200,17 +265,22 @@ class DeliveryLedger:
 
         With ``sent`` (a batched sweep), the last part's settle is left to the caller: the row,
         its ref and ``marked`` go to ``sent`` and the outcome is ``SENT``. ``begun``: the row
-        was claimed by its record, and its first part's ``begin()`` proves nothing more."""
+        was claimed by its record, and its first part's ``begin()`` proves nothing more, or
+        runs ``first_begin`` (the record's commit awaited, ADR 0164). ``via``: the delivery
+        function in place of the ledger's."""
         claim = held if isinstance(held, ClaimOnBegin) else None
         row = held.row if isinstance(held, ClaimOnBegin) else held
         first = len(row.delivered)
         parts = len(row.chunks)
         current: Obligation | None = row
+        deliver = self._deliver if via is None else via
         for part in range(first, parts):
             # the first part's begin() claims; each later one's proves the claim still holds
             on_begin: Callable[[], Awaitable[None]] | None = None
             if claim is not None:
                 on_begin = claim.begin
+            elif first_begin is not None and part == first:
+                on_begin = first_begin
             elif self._deliver_begins and not (begun and part == first):
                 on_begin = partial(self._confirm_held, row)
             # Positional, in Delivery's field order: fifteen keywords cost twice the call.
@@ -234,7 +304,7 @@ class DeliveryLedger:
                 poster_alive,
             )
             try:
-                ref = await self._deliver(delivery)
+                ref = await deliver(delivery)
             except ClaimLost:
                 return Outcome(SweepOutcome.SKIPPED)
             except Exception as error:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
@@ -272,10 +273,26 @@ class SQLiteLedgerStore:
     ) -> tuple[Obligation, bool]:
         # The new row is built here rather than read back: the writer thread does less.
         fresh = new_row(reply, owner=self._owner, now=now, claimed=claimed)
-        row, created = await self.writer.call_merged(self._records, fresh)
+        return self._recorded(await self.writer.call_merged(self._records, fresh))
+
+    def _recorded(self, recorded: tuple[Obligation, bool]) -> tuple[Obligation, bool]:
+        row, created = recorded
         if created or row.state in _CLAIMABLE_UNHELD:  # new: pending, or held by this store
             self._remember(row)
-        return row, created
+        return recorded
+
+    def record_soon(
+        self, reply: Reply, *, now: float, claimed: bool = False
+    ) -> RecordInFlight | None:
+        """``record`` queued to the writer now, not awaited (ADR 0164); ``None`` off asyncio."""
+        recording = RecordInFlight(new_row(reply, owner=self._owner, now=now, claimed=claimed))
+        call = self.writer.queue_merged(
+            self._records, recording.fresh, committing=recording.at_commit
+        )
+        if call is None or call.future is None:
+            return None
+        recording.follow(call.future, lambda: self._recorded(call.outcome()))
+        return recording
 
     async def get(self, obligation_id: str) -> Obligation | None:
         def run(conn: sqlite3.Connection) -> Obligation | None:

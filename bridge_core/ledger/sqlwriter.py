@@ -53,6 +53,7 @@ class _Call(Generic[T]):
     runs on); elsewhere (trio) an anyio event woken through the loop's token."""
 
     __slots__ = (
+        "committing",
         "done",
         "durable",
         "error",
@@ -80,6 +81,8 @@ class _Call(Generic[T]):
         self.item = item
         self.many = many  # ``item`` is a list of items; the result, a list of their results
         self.durable = durable  # its commit must survive a power cut (``synchronous=FULL``)
+        # called on the caller's loop when its batch's COMMIT begins (``queue_merged``)
+        self.committing: Callable[[], None] | None = None
         self.result: T | None = None
         self.error: BaseException | None = None
         self.future: asyncio.Future[None] | None = None
@@ -101,6 +104,12 @@ class _Call(Generic[T]):
         else:
             assert self.done is not None
             await self.done.wait()
+
+    def outcome(self) -> T:
+        """The result once the call's batch committed (its error, raised, if it failed)."""
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
 
 
 _STOP = object()
@@ -198,6 +207,26 @@ class SQLiteWriter:
         call: _Call[list[T]] = _Call(None, kind, list(items), many=True, durable=durable)
         return await self._submit(call)
 
+    def queue_merged(
+        self,
+        kind: Merged[I_contra, T],
+        item: I_contra,
+        *,
+        durable: bool = True,
+        committing: Callable[[], None] | None = None,
+    ) -> _Call[T] | None:
+        """Queue ``item`` for ``kind.run_many`` now and return the call without waiting: its
+        ``future`` is done once the batch committed, then ``outcome()`` is the result (ADR
+        0164). ``committing`` is called on the caller's event loop as the batch's ``COMMIT``
+        begins, a hint that the outcome is an fsync away (it says nothing of the outcome).
+        ``None``, and nothing queued, off asyncio (the call would have no future)."""
+        pending: _Call[T] = _Call(None, kind, item, durable=durable)
+        if pending.future is None:
+            return None
+        pending.committing = committing
+        self._enqueue(pending)
+        return pending
+
     async def _submit(self, pending: _Call[T]) -> T:
         self._enqueue(pending)
         await pending.wait()
@@ -283,6 +312,7 @@ class SQLiteWriter:
                         failed = unit
                         break
                 if failed is None:
+                    _signal_committing(batch)
                     conn.execute("COMMIT")
                     break
                 conn.execute("ROLLBACK")
@@ -325,6 +355,19 @@ class SQLiteWriter:
                     raise
                 return
             self._synchronous = level
+
+
+def _signal_committing(batch: list[_Call[Any]]) -> None:
+    """Tell the callers that asked (``queue_merged``) that their COMMIT begins: while its fsync
+    runs, without the GIL, their loop can make ready what waits for the outcome (ADR 0164)."""
+    for call in batch:
+        committing = call.committing
+        if committing is not None and call.loop is not None:
+            call.committing = None  # once, even if the batch runs again after a failed call
+            try:
+                call.loop.call_soon_threadsafe(committing)
+            except RuntimeError:
+                pass  # that event loop has ended
 
 
 def _units(batch: list[_Call[Any]]) -> list[list[_Call[Any]]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from bridge_core.conversation import obligation_id
 from bridge_core.events import FleetEvent
-from bridge_core.ledger import LedgerStatistics, Obligation, Reply
+from bridge_core.ledger import LedgerStatistics, Obligation, RecordInFlight, Reply
 from bridge_core.provider import ChatProvider
 from bridge_core.runtime.assembly import Assembly
 from bridge_core.runtime.channel import ChannelRuntime, split_reply
@@ -113,19 +113,43 @@ class GatewayApi:
         # one commit before the send instead of two (the claim is then this send's, as it
         # would have been at its turn: ADR 0121).
         claim = channel.name not in self._begun and channel.sender.sends_at_once()
+        recording: RecordInFlight | None = None
+        started = False  # the task that sends the recorded row, and ends the channel's claim
         if claim:
             self._begun.add(channel.name)
         try:
-            row, created = await ledger.record(reply, claim=claim)
+            # Claimed, the record is queued now; once its COMMIT begins the send is made ready
+            # while the fsync runs, and it waits for the commit in its begin(), woken before
+            # this handler (ADR 0164). Otherwise the row is recorded, then delivered.
+            recording = ledger.record_soon(reply) if claim else None
+            if recording is not None:
+                await recording.committing()
+                tasks.start_soon(self._send_recorded, recording, channel.name)
+                started = True
+                row, created = await recording.committed()
+            else:
+                row, created = await ledger.record(reply, claim=claim)
         except BaseException:
-            self._begun.discard(channel.name)
+            if recording is not None and not started:
+                # cancelled before the send was made ready: its task still sends the row (if
+                # this record created it) rather than leave it claimed and unsent
+                tasks.start_soon(self._send_recorded, recording, channel.name)
+            elif not started:
+                self._begun.discard(channel.name)
             raise
         self._metrics.messages_accepted.labels(channel.name).inc()
-        if created:
-            tasks.start_soon(self._deliver, row, channel.name if claim else None)
-        elif claim:
-            self._begun.discard(channel.name)
+        if recording is None:
+            if created:
+                tasks.start_soon(self._deliver, row, channel.name if claim else None)
+            elif claim:
+                self._begun.discard(channel.name)
         return MessageReceipt(obligation=row.id, duplicate=not created)
+
+    async def _send_recorded(self, recording: RecordInFlight, begun: str) -> None:
+        try:
+            await self._parts.ledger.send_recorded(recording)
+        finally:
+            self._begun.discard(begun)
 
     async def _deliver(self, row: Obligation, begun: str | None) -> None:
         try:
