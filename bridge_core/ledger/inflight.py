@@ -20,10 +20,11 @@ __all__ = ["RecordInFlight"]
 
 
 class RecordInFlight:
-    """``fresh`` is the row as the record creates it. ``follow`` binds the writer's call:
-    ``finish`` reads its outcome (and does the store's bookkeeping) once ``future`` is done;
-    the writer calls ``at_commit`` as the record's ``COMMIT`` begins. ``committed()`` returns
-    ``(row, created)`` once the commit returned, or raises what failed it."""
+    """``fresh`` is the row as the record creates it; ``committed()`` returns ``(row, created)``
+    once the commit returned, or raises what failed it. The store binds it to the writer's call
+    (``follow``): the writer calls ``at_commit`` on the loop as the record's ``COMMIT`` begins
+    and ``ended`` once it returned, when ``finish`` reads the outcome (and does the store's
+    bookkeeping), once."""
 
     __slots__ = ("_at_commit", "_error", "_finish", "_loop", "_outcome", "_waiters", "fresh")
 
@@ -39,43 +40,42 @@ class RecordInFlight:
         self._at_commit: list[asyncio.Future[None]] | None = []
 
     def follow(
-        self, future: asyncio.Future[None], finish: Callable[[], tuple[Obligation, bool]]
+        self, loop: asyncio.AbstractEventLoop, finish: Callable[[], tuple[Obligation, bool]]
     ) -> None:
+        self._loop = loop
         self._finish = finish
-        self._loop = future.get_loop()
-        future.add_done_callback(self._done)
 
     @property
     def done(self) -> bool:
         return self._waiters is None
 
     def at_commit(self) -> None:
-        """The writer began the record's ``COMMIT`` (or the record is done)."""
+        """The writer began the record's ``COMMIT`` (or the record ended)."""
         waiters, self._at_commit = self._at_commit, None
-        for waiter in waiters or ():
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _done(self, future: asyncio.Future[None]) -> None:
-        assert self._finish is not None
-        try:
-            self._outcome = self._finish()
-        except BaseException as error:  # the commit failed: every waiter gets its error
-            self._error = error
-        self.at_commit()
-        waiters, self._waiters = self._waiters, None
         for waiter in waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
 
     async def committing(self) -> None:
         """Return once the record's ``COMMIT`` began (its outcome is an fsync away) or ended:
-        a hint for when to make ready what waits for it. It says nothing of the outcome."""
+        a hint for when to make ready what waits for the outcome. It says nothing of it."""
         if self._at_commit is not None:
             assert self._loop is not None
             waiter = self._loop.create_future()
             self._at_commit.append(waiter)
             await waiter
+
+    def ended(self) -> None:
+        assert self._finish is not None
+        try:
+            self._outcome = self._finish()
+        except BaseException as error:  # the commit failed: every waiter gets its error
+            self._error = error
+        self.at_commit()  # a record that failed before its COMMIT ends the hint too
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def committed(self, *, first: bool = False) -> tuple[Obligation, bool]:
         """``(row, created)`` once the record's commit returned. ``first``: woken before the

@@ -287,11 +287,11 @@ class SQLiteLedgerStore:
         """``record`` queued to the writer now, not awaited (ADR 0164); ``None`` off asyncio."""
         recording = RecordInFlight(new_row(reply, owner=self._owner, now=now, claimed=claimed))
         call = self.writer.queue_merged(
-            self._records, recording.fresh, committing=recording.at_commit
+            self._records, recording.fresh, committing=recording.at_commit, then=recording.ended
         )
         if call is None or call.future is None:
             return None
-        recording.follow(call.future, lambda: self._recorded(call.outcome()))
+        recording.follow(call.future.get_loop(), lambda: self._recorded(call.outcome()))
         return recording
 
     async def get(self, obligation_id: str) -> Obligation | None:
