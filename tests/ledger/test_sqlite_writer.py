@@ -122,6 +122,21 @@ async def test_a_batch_of_settles_only_commits_without_an_fsync_and_any_other_wi
     await again.aclose()
 
 
+async def test_an_idle_writer_rests_at_full_after_a_batch_of_settles(tmp_path: Path) -> None:
+    # ADR 0164: the next record (a message waits for it) finds the level set already.
+    store = await open_store(tmp_path / "ledger.db")
+    assert isinstance(store, SQLiteLedgerStore)
+    reply = Reply(obligation_id="k", profile="X", platform="p", channel="c", text="t")
+    row, _ = await store.record(reply, now=1.0, claimed=True)
+    ref = MessageRef("c", "m1")
+    assert await store.settle(row.id, fence=row.fence, state=State.DELIVERED, now=2.0, ref=ref)
+    assert store.writer.unsynced == 1  # the settle committed at NORMAL
+    with anyio.fail_after(5):  # set in the writer's thread once it has nothing queued
+        while store.writer._synchronous != "FULL":  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+    await store.aclose()
+
+
 async def test_an_unusable_path_is_a_ledger_error_that_says_what_to_check(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
