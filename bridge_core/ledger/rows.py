@@ -12,6 +12,7 @@ from bridge_core.provider import MessageRef
 __all__ = [
     "COLUMNS",
     "INSERT_COLUMNS",
+    "changed_row",
     "decode_chunks",
     "decode_parts",
     "decode_refs",
@@ -270,4 +271,44 @@ def new_row(reply: Reply, *, owner: str | None, now: float, claimed: bool = Fals
         updated_at=now,
         next_attempt_at=None,
         last_error=None,
+    )
+
+
+def changed_row(
+    row: Obligation,
+    *,
+    state: State,
+    owner: str | None,
+    fence: int,
+    attempts: int,
+    resends: int,
+    penalty: bool,
+    next_attempt_at: float | None,
+    updated_at: float,
+    last_error: str | None,
+    delivered: tuple[MessageRef, ...],
+) -> Obligation:
+    """``row`` with every column a claim or a held update may change given (a plain call:
+    ``dataclasses.replace`` costs several times more, twice a reply)."""
+    return Obligation(
+        row.id,
+        row.profile,
+        row.platform,
+        row.channel,
+        row.thread,
+        row.reply_to,
+        row.text,
+        row.chunks,
+        state,
+        attempts,
+        resends,
+        fence,
+        owner,
+        row.created_at,
+        updated_at,
+        next_attempt_at,
+        last_error,
+        penalty,
+        delivered,
+        row.partials,
     )

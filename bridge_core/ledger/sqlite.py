@@ -21,6 +21,7 @@ from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
     COLUMNS,
+    changed_row,
     decode_refs,
     filters_sql,
     new_row,
@@ -113,46 +114,6 @@ _CLAIMABLE_UNHELD = frozenset({State.PENDING, State.FAILED})
 _UNSYNCED_SETTLES = frozenset({State.DELIVERED, State.ATTEMPTING})
 _KNOWN_LIMIT = 50_000
 _SELECT = f"SELECT {COLUMNS} FROM ledger"
-
-
-def _changed(
-    row: Obligation,
-    *,
-    state: State,
-    owner: str | None,
-    fence: int,
-    attempts: int,
-    resends: int,
-    penalty: bool,
-    next_attempt_at: float | None,
-    updated_at: float,
-    last_error: str | None,
-    delivered: tuple[MessageRef, ...],
-) -> Obligation:
-    """``row`` with every column a claim or a held update may change given (a plain call:
-    ``dataclasses.replace`` costs several times more, twice a reply)."""
-    return Obligation(
-        row.id,
-        row.profile,
-        row.platform,
-        row.channel,
-        row.thread,
-        row.reply_to,
-        row.text,
-        row.chunks,
-        state,
-        attempts,
-        resends,
-        fence,
-        owner,
-        row.created_at,
-        updated_at,
-        next_attempt_at,
-        last_error,
-        penalty,
-        delivered,
-        row.partials,
-    )
 
 
 class SQLiteLedgerStore:
@@ -364,7 +325,7 @@ class SQLiteLedgerStore:
         if result is True:
             assert known is not None
             # the claim's changes applied to the row as read, built positionally (a sweep
-            # builds one a row; keywords through ``_changed`` cost twice as much)
+            # builds one a row; keywords through ``changed_row`` cost twice as much)
             result = Obligation(
                 known.id,
                 known.profile,
@@ -485,7 +446,7 @@ class SQLiteLedgerStore:
             delivered = known.delivered if ref is None else (*known.delivered, ref)
             if count != len(delivered):  # another writer appended at this fence: read them all
                 delivered = decode_refs(stored)
-            result = _changed(
+            result = changed_row(
                 known,
                 state=known.state if state is None else state,
                 owner=known.owner,
