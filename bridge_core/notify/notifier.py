@@ -1,7 +1,8 @@
 """The notifier (seed ADR 0007): one live message per agent, burst summaries, paced by a sender.
 
-``handle(event)`` is synchronous and cheap: it updates the agent's latest state and, only when
-the agent has no work at the sender, submits one supersedable piece of work whose text is
+``handle_all(events)`` (the gateway's entry: a request's batch, a stream entry's) and
+``handle(event)`` are synchronous and cheap: each event updates the agent's latest state and,
+only when the agent has no work at the sender, submits one supersedable piece of work whose text is
 rendered when the sender sends it. So any number of changes before the next edit slot give one
 edit, and pending work is bounded by live agents, never by events. ``run()`` fires the hold
 timers (a first post waits ``hold`` so a lone agent can be told from a burst) and forgets
@@ -35,8 +36,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from operator import length_hint
 from dataclasses import dataclass
+from operator import length_hint
 
 import anyio
 

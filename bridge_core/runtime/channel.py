@@ -49,6 +49,8 @@ class NotifierLike(Protocol):
 
     def handle(self, event: FleetEvent) -> None: ...
 
+    def handle_all(self, events: Sequence[FleetEvent]) -> None: ...
+
     async def run(self) -> None: ...
 
     def end_holds(self) -> None: ...
@@ -94,11 +96,10 @@ class ChannelRuntime:
 
     def offer_all(self, events: Sequence[FleetEvent]) -> None:
         """Hand events, in order, to the notifier if this gateway runs it (it applies the
-        filters)."""
+        filters): the whole batch in one call, so the notifier's per-event work is its own
+        loop's (ADR 0157)."""
         if self.notifier is not None:
-            handle = self.notifier.handle
-            for event in events:
-                handle(event)
+            self.notifier.handle_all(events)
 
     # ------------------------------------------------------------------ replies
 

@@ -64,4 +64,4 @@ async def _follow(
     bus: FleetBus, channel: ChannelRuntime, notifier: Notifier, scope: anyio.CancelScope
 ) -> None:
     with scope:
-        await bus.follow(channel.name, notifier.handle)
+        await bus.follow(channel.name, notifier.handle_all)

@@ -168,10 +168,11 @@ class FleetBus:
         return out
 
     async def follow(
-        self, channel: str, handle: Callable[[FleetEvent], None], *, block_ms: int = 500
+        self, channel: str, take: Callable[[list[FleetEvent]], None], *, block_ms: int = 500
     ) -> None:
-        """Feed ``handle`` the channel's events from the saved cursor on, saving it after each
-        batch; runs until cancelled."""
+        """Feed ``take`` the channel's events from the saved cursor on, one call per stream
+        entry (a request's batch, in order; ``Notifier.handle_all``), saving the cursor after
+        each read; runs until cancelled."""
         stream, cursor_key = self._stream(channel), self._cursor(channel)
         # redis-py's reply types are loose unions; these are bytes and lists of them
         cursor: Any = await self._redis.get(cursor_key)
@@ -181,18 +182,19 @@ class FleetBus:
         else:
             # taking over: the agents still running get fresh live messages (refs are not
             # persisted), the finished ones are not announced again
-            for event in await self.running_before(channel, cursor):
-                handle(event)
+            take(await self.running_before(channel, cursor))
         while True:
             batches: Any = await self._redis.xread({stream: cursor}, count=100, block=block_ms)
             if not batches:
                 continue
             for entry_id, fields in batches[0][1]:
+                events: list[FleetEvent] = []
                 for data in json.loads(fields[b"b"]):
                     try:
-                        handle(parse_event(data))
+                        events.append(parse_event(data))
                     except EventError as exc:  # written by a newer gateway, perhaps
                         log.warning("fleet stream of %s: skipped an event: %s", channel, exc)
+                take(events)
                 cursor = entry_id
             await self._redis.set(cursor_key, cursor)
 

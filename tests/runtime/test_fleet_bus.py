@@ -35,8 +35,14 @@ async def test_a_new_host_restates_running_agents_then_follows_from_the_cursor()
         await redis.set(bus._cursor("ops"), last_id)  # the previous host got this far
 
         seen: list[FleetEvent] = []
+        calls: list[int] = []  # events per call: one call restates, then one per stream entry
+
+        def take(events: list[FleetEvent]) -> None:
+            calls.append(len(events))
+            seen.extend(events)
+
         async with anyio.create_task_group() as tg:
-            tg.start_soon(bus.follow, "ops", seen.append)
+            tg.start_soon(bus.follow, "ops", take)
             with anyio.fail_after(5):
                 while len(seen) < 5:  # noqa: ASYNC110 - the bus has no event to wait on
                     await anyio.sleep(0.01)
@@ -53,12 +59,13 @@ async def test_a_new_host_restates_running_agents_then_follows_from_the_cursor()
             StatusChanged("a4", "w", status="seen mid-way"),
             StatusChanged("a3", status="after the handover"),
         ]
+        assert calls == [5, 1]
         # the cursor moved past what this host handled
         assert await redis.get(bus._cursor("ops")) != last_id
         # a channel's first host ever reads the whole stream
         first: list[FleetEvent] = []
         async with anyio.create_task_group() as tg:
-            tg.start_soon(bus.follow, "dev", first.append)
+            tg.start_soon(bus.follow, "dev", first.extend)
             with anyio.fail_after(5):
                 while len(first) < 3:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
