@@ -82,13 +82,13 @@ class Slot:
         return self.delivered < version and self.refused < version
 
 
-@dataclass(eq=False, slots=True)
-class TrackedAgent:
-    """An agent the notifier holds state for: its latest news and its live message."""
+@dataclass(eq=False, slots=True, kw_only=True)
+class TrackedAgent(Slot):
+    """An agent the notifier holds state for: its latest news, and its live message's slot,
+    which it is itself (the hot path then reads one object per status change, ADR 0157)."""
 
     name: str
     workspace: str
-    slot: Slot
     phase: Phase = Phase.HOLDING
     title: str = ""
     status: str = ""
@@ -104,6 +104,11 @@ class TrackedAgent:
     @property
     def terminal(self) -> bool:
         return self.ended
+
+    @property
+    def slot(self) -> Slot:
+        """Its live message's slot: the agent itself."""
+        return self
 
 
 @dataclass(eq=False, slots=True)

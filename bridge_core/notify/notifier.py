@@ -196,10 +196,9 @@ class Notifier:
             if agent.ended:
                 return  # late news about an agent that has ended
             agent.status = event.status  # type: ignore[attr-defined]  # a StatusChanged
-            slot = agent.slot
-            slot.changed = True
-            if not slot.outstanding and agent.phase is _LIVE and self._edit:
-                slot.lost = False  # after a deleted message, this update posts one new one
+            agent.changed = True
+            if not agent.outstanding and agent.phase is _LIVE and self._edit:
+                agent.lost = False  # after a deleted message, this update posts one new one
                 self._submit_agent(agent)
             return
         if cls in self._quiet or self._filters_out(event):
@@ -244,10 +243,9 @@ class Notifier:
                     if agent.ended:
                         continue  # late news about an agent that has ended
                     agent.status = event.status  # type: ignore[attr-defined]  # a StatusChanged
-                    slot = agent.slot
-                    slot.changed = True
-                    if not slot.outstanding and agent.phase is _LIVE and self._edit:
-                        slot.lost = False  # after a deleted message, this update posts one new one
+                    agent.changed = True  # the agent is its message's slot
+                    if not agent.outstanding and agent.phase is _LIVE and self._edit:
+                        agent.lost = False  # after a deleted message, this update posts one new one
                         self._submit_agent(agent)
                     continue
                 if cls in quiet or self._filters_out(event):
@@ -347,8 +345,8 @@ class Notifier:
 
     def _spawn(self, event: FleetEvent, title: str) -> TrackedAgent:
         now = anyio.current_time()
-        slot = self._outbox.new_slot("agent", event.agent)
-        agent = TrackedAgent(event.agent, event.workspace, slot)
+        key = self._outbox.new_key("agent", event.agent)
+        agent = TrackedAgent(key=key, name=event.agent, workspace=event.workspace)
         agent.title = title
         agent.spawned_at = now
         agent.slot.post_text = lambda: self._render_agent(agent, post=True)

@@ -51,10 +51,14 @@ class Outbox:
 
     def new_slot(self, kind: str, name: str) -> Slot:
         """A slot with a key of its own (``kind`` and ``name`` make it readable in the queue)."""
+        return Slot(key=self.new_key(kind, name))
+
+    def new_key(self, kind: str, name: str) -> tuple[int, str, int]:
+        """A key of its own for a slot (an agent is its own slot)."""
         # Keys are unique per notifier (one outbox each) too: two notifiers may share one sender
         # (a restart in one process), and must never replace each other's work.
         self._serial += 1
-        return Slot(key=(id(self), kind + ":" + name, self._serial))
+        return (id(self), kind + ":" + name, self._serial)
 
     def submit(self, slot: Slot, edit: MessageRef | None) -> None:
         """Queue the slot's work at its priority: an edit of ``edit``, or a post."""
