@@ -43,6 +43,7 @@ from bridge_core.ledger.pgmerged import (
 )
 from bridge_core.ledger.rows import (
     COLUMNS,
+    claimed_row,
     encode_refs,
     filters_sql,
     new_row,
@@ -63,32 +64,6 @@ def _first(item: tuple[Any, ...]) -> str:
 
 
 _KNOWN_LIMIT = 50_000
-
-
-def _claimed(row: Obligation, now: float, *, owner: str) -> Obligation:
-    """``row`` (as read) with a claim's changes, as the claim statement makes them."""
-    return Obligation(
-        row.id,
-        row.profile,
-        row.platform,
-        row.channel,
-        row.thread,
-        row.reply_to,
-        row.text,
-        row.chunks,
-        State.ATTEMPTING,
-        row.attempts + 1,
-        row.resends + (row.attempts > 0 and not row.penalty),
-        row.fence + 1,
-        owner,
-        row.created_at,
-        now,  # updated_at
-        None,  # next_attempt_at
-        row.last_error,
-        False,  # penalty
-        row.delivered,
-        row.partials,
-    )
 
 
 def redact_url(url: str) -> str:
@@ -388,7 +363,7 @@ class PostgresLedgerStore:
             )
             for (index, row), took in zip(known, won, strict=True):
                 if took:
-                    results[index] = _claimed(row, now, owner=self._owner)
+                    results[index] = claimed_row(row, row.fence, self._owner, now)
         return results
 
     async def mark_delivered(

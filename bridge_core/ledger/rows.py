@@ -13,6 +13,7 @@ __all__ = [
     "COLUMNS",
     "INSERT_COLUMNS",
     "changed_row",
+    "claimed_row",
     "decode_chunks",
     "decode_parts",
     "decode_refs",
@@ -310,5 +311,33 @@ def changed_row(
         last_error,
         penalty,
         delivered,
+        row.partials,
+    )
+
+
+def claimed_row(row: Obligation, fence: int, owner: str | None, now: float) -> Obligation:
+    """``row`` as read (at ``fence``) with a claim's changes, as the claim statements of both
+    stores make them. Positional: a sweep builds one a row, and keywords through
+    ``changed_row`` cost twice as much."""
+    return Obligation(
+        row.id,
+        row.profile,
+        row.platform,
+        row.channel,
+        row.thread,
+        row.reply_to,
+        row.text,
+        row.chunks,
+        State.ATTEMPTING,
+        row.attempts + 1,
+        row.resends + (row.attempts > 0 and not row.penalty),
+        fence + 1,
+        owner,
+        row.created_at,
+        now,  # updated_at
+        None,  # next_attempt_at
+        row.last_error,
+        False,  # penalty
+        row.delivered,
         row.partials,
     )

@@ -22,6 +22,7 @@ from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
     COLUMNS,
     changed_row,
+    claimed_row,
     decode_refs,
     filters_sql,
     new_row,
@@ -324,30 +325,7 @@ class SQLiteLedgerStore:
             return None
         if result is True:
             assert known is not None
-            # the claim's changes applied to the row as read, built positionally (a sweep
-            # builds one a row; keywords through ``changed_row`` cost twice as much)
-            result = Obligation(
-                known.id,
-                known.profile,
-                known.platform,
-                known.channel,
-                known.thread,
-                known.reply_to,
-                known.text,
-                known.chunks,
-                State.ATTEMPTING,
-                known.attempts + 1,
-                known.resends + (known.attempts > 0 and not known.penalty),
-                fence + 1,
-                self._owner,
-                known.created_at,
-                now,  # updated_at
-                None,  # next_attempt_at
-                known.last_error,
-                False,  # penalty
-                known.delivered,
-                known.partials,
-            )
+            result = claimed_row(known, fence, self._owner, now)
         return self._remember(result)
 
     async def abandon(
