@@ -254,7 +254,6 @@ async def claim_known_many(
     only the ids claimed come back and the caller applies the claim's changes to the row as
     read. ``created_at`` must match too: it tells the row from an older life of its id (purged
     and recorded again) at the same fence. Statements of ``PG_CHUNK`` rows by the primary key."""
-    results = [False] * len(items)
     chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK))
     statements: list[tuple[str, list[Any]]] = []
     for chunk in chunks:
@@ -279,10 +278,22 @@ async def claim_known_many(
                 params,
             )
         )
+    return await _matched(conn, statements, chunks, len(items))
+
+
+async def _matched(
+    conn: Connection,
+    statements: list[tuple[str, list[Any]]],
+    chunks: list[list[tuple[int, tuple[Any, ...]]]],
+    count: int,
+) -> list[bool]:
+    """Run ``statements`` (one a chunk, each returning the ids it changed) and say, for each
+    of the ``count`` items in their original order, whether its row was changed."""
+    results = [False] * count
     for chunk, found in zip(chunks, await _run_all(conn, statements), strict=True):
-        claimed = {row[0] for row in found}
+        changed = {row[0] for row in found}
         for index, item in chunk:
-            results[index] = item[0] in claimed
+            results[index] = item[0] in changed
     return results
 
 
@@ -358,7 +369,6 @@ async def delivered_many(
     appended), in statements of ``PG_CHUNK`` rows driven by the primary key. Only the ids come
     back (a delivered row is final: nothing of it is kept), and the ref is built by the
     statement, not encoded to JSON a row here."""
-    results = [False] * len(items)
     chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK))
     statements: list[tuple[str, list[Any]]] = []
     for chunk in chunks:
@@ -380,8 +390,4 @@ async def delivered_many(
                 params,
             )
         )
-    for chunk, found in zip(chunks, await _run_all(conn, statements), strict=True):
-        settled = {row[0] for row in found}
-        for index, item in chunk:
-            results[index] = item[0] in settled
-    return results
+    return await _matched(conn, statements, chunks, len(items))
