@@ -316,19 +316,16 @@ refs to append as a JSON array (``'[]'``: none)."""
 
 
 async def held_many(
-    conn: Connection, items: list[HeldItem], *, table: str, owner: str, by_key: bool = False
+    conn: Connection, items: list[HeldItem], *, table: str, owner: str
 ) -> list[Obligation | None]:
     """``progress`` and ``settle`` for many rows, conditioned on owner, fence, ``attempting``."""
     results: list[Obligation | None] = [None] * len(items)
     returning = _qualified_columns(table)
     casts = ("text", "int8", "float8", "text", "float8", "bool", "text", "jsonb")
-    keyed = f"{table}.id = ANY(%s) AND " if by_key else ""
-    for chunk in rounds(items, lambda item: item[0], size=PG_CHUNK if by_key else CHUNK):
+    for chunk in rounds(items, lambda item: item[0], size=CHUNK):
         params: list[Any] = []
         for _, item in chunk:
             params += item
-        if by_key:
-            params.append([item[0] for _, item in chunk])
         params.append(owner)
         changed = {
             row[0]: row
@@ -343,7 +340,7 @@ async def held_many(
                 f"delivered = {table}.delivered || c.refs "
                 f"FROM (VALUES {_values(len(chunk), 8, casts)}) "
                 "AS c (id, fence, now, state, next, penalty, error, refs) "
-                f"WHERE {keyed}{table}.id = c.id AND {table}.fence = c.fence "
+                f"WHERE {table}.id = c.id AND {table}.fence = c.fence "
                 f"AND {table}.owner = %s "
                 f"AND {table}.state = 'attempting' RETURNING {returning}",
                 params,
