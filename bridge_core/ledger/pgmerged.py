@@ -197,6 +197,26 @@ def _qualified_columns(table: str) -> str:
     return ", ".join(f"{table}.{name.strip()}" for name in COLUMNS.split(","))
 
 
+def _claim_changes(table: str) -> str:
+    """A claim's changes (owner ``%s``, the claim's time ``c.now``), as
+    ``rows.claimed_row`` applies them to a row as read."""
+    return (
+        f"state = 'attempting', owner = %s, fence = {table}.fence + 1, "
+        f"attempts = {table}.attempts + 1, resends = {table}.resends + CASE WHEN "
+        f"{table}.attempts > 0 AND NOT {table}.penalty THEN 1 ELSE 0 END, "
+        "penalty = FALSE, next_attempt_at = NULL, updated_at = c.now"
+    )
+
+
+def _claimable(table: str, live: str) -> str:
+    """A claim's condition besides the fence: an open state, and no live owner but this one
+    (``%s``)."""
+    return (
+        f"{table}.state IN ('pending', 'attempting', 'failed') "
+        f"AND ({table}.owner IS NULL OR {table}.owner = %s OR {table}.owner NOT IN ({live}))"
+    )
+
+
 async def claim_many(
     conn: Connection,
     items: list[tuple[str, int, float]],
@@ -221,16 +241,11 @@ async def claim_many(
         params.append(owner)
         statements.append(
             (
-                f"UPDATE {table} SET state = 'attempting', owner = %s, fence = {table}.fence + 1, "
-                f"attempts = {table}.attempts + 1, resends = {table}.resends + CASE WHEN "
-                f"{table}.attempts > 0 AND NOT {table}.penalty THEN 1 ELSE 0 END, "
-                "penalty = FALSE, next_attempt_at = NULL, updated_at = c.now "
+                f"UPDATE {table} SET {_claim_changes(table)} "
                 f"FROM (VALUES {_values(len(chunk), 3, ('text', 'int8', 'float8'))}) "
                 "AS c (id, fence, now) "
                 f"WHERE {keyed}{table}.id = c.id AND {table}.fence = c.fence "
-                f"AND {table}.state IN ('pending', 'attempting', 'failed') "
-                f"AND ({table}.owner IS NULL OR {table}.owner = %s "
-                f"OR {table}.owner NOT IN ({live})) RETURNING {returning}",
+                f"AND {_claimable(table, live)} RETURNING {returning}",
                 params,
             )
         )
@@ -264,17 +279,12 @@ async def claim_known_many(
         params.append(owner)
         statements.append(
             (
-                f"UPDATE {table} SET state = 'attempting', owner = %s, fence = {table}.fence + 1, "
-                f"attempts = {table}.attempts + 1, resends = {table}.resends + CASE WHEN "
-                f"{table}.attempts > 0 AND NOT {table}.penalty THEN 1 ELSE 0 END, "
-                "penalty = FALSE, next_attempt_at = NULL, updated_at = c.now "
+                f"UPDATE {table} SET {_claim_changes(table)} "
                 f"FROM (VALUES {_values(len(chunk), 4, ('text', 'int8', 'float8', 'float8'))}) "
                 "AS c (id, fence, now, created_at) "
                 f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
                 f"AND {table}.created_at = c.created_at "
-                f"AND {table}.state IN ('pending', 'attempting', 'failed') "
-                f"AND ({table}.owner IS NULL OR {table}.owner = %s "
-                f"OR {table}.owner NOT IN ({live})) RETURNING {table}.id",
+                f"AND {_claimable(table, live)} RETURNING {table}.id",
                 params,
             )
         )
