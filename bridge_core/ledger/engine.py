@@ -20,7 +20,15 @@ import anyio
 import anyio.abc
 
 from bridge_core.ledger.inflight import RecordInFlight
-from bridge_core.ledger.model import ClaimLost, Deliver, Delivery, Obligation, Reply, State
+from bridge_core.ledger.model import (
+    ClaimLost,
+    Deliver,
+    Delivery,
+    Obligation,
+    Reply,
+    State,
+    part_delivery,
+)
 from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.schedule import (
     Abandon,
@@ -283,24 +291,12 @@ class DeliveryLedger:
                 on_begin = first_begin
             elif self._deliver_begins and not (begun and part == first):
                 on_begin = partial(self._confirm_held, row)
-            # Positional, in Delivery's field order: fifteen keywords cost twice the call.
-            delivery = Delivery(
-                row.id,
-                row.profile,
-                row.platform,
-                row.channel,
-                row.thread,
-                row.reply_to,
-                row.chunks[part],  # body
-                marker_for(first_part=first) if marked and part == first else None,
+            delivery = part_delivery(
+                row,
                 part,
-                parts,
-                # fence and attempt: a claim bumps both by one, so these are the claim's even
-                # before it is made
-                row.fence + (claim is not None),
-                row.attempts + (claim is not None),
-                on_begin,  # claim_on_begin
-                row.partials[part] if part < len(row.partials) else None,  # partial
+                marker_for(first_part=first) if marked and part == first else None,
+                claim is not None,
+                on_begin,
                 poster_alive,
             )
             try:

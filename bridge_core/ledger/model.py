@@ -25,6 +25,7 @@ __all__ = [
     "Owner",
     "Reply",
     "State",
+    "part_delivery",
 ]
 
 
@@ -242,6 +243,38 @@ class Delivery:
         if self.marker is None:
             return self.body
         return f"{self.marker}\n{self.body}"
+
+
+def part_delivery(
+    row: Obligation,
+    part: int,
+    marker: str | None,
+    claims: int,
+    claim_on_begin: Callable[[], Awaitable[None]] | None,
+    poster_alive: bool,
+) -> Delivery:
+    """Part ``part`` of ``row`` as a delivery. ``claims``: 1 when the claim this send belongs to
+    is still to be made (in ``begin()``: it bumps the fence and the attempts by one, so these
+    are the claim's before it is made), 0 when the row as given is the claim's. Positional
+    arguments, and Delivery built positionally: fifteen keywords cost twice the call, once a
+    part of every reply and of every row a sweep sends."""
+    return Delivery(
+        row.id,
+        row.profile,
+        row.platform,
+        row.channel,
+        row.thread,
+        row.reply_to,
+        row.chunks[part],  # body
+        marker,
+        part,
+        len(row.chunks),  # parts
+        row.fence + claims,
+        row.attempts + claims,
+        claim_on_begin,
+        row.partials[part] if part < len(row.partials) else None,  # partial
+        poster_alive,
+    )
 
 
 Deliver = Callable[[Delivery], Awaitable[MessageRef]]

@@ -26,7 +26,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from bridge_core.ledger.model import ClaimLost, Delivery, Obligation
+from bridge_core.ledger.model import ClaimLost, Obligation, part_delivery
 from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.schedule import Abandon, marker_for, verdict_at_claim
 from bridge_core.ledger.store import Scope
@@ -123,22 +123,13 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                 if part + 1 == parts:
                     # One part left (nearly every row): ``_send``'s steps for it, without its
                     # generality (a claim at the turn, later parts' progress), to a ref that is
-                    # settled with the next commit. Positional, in Delivery's field order.
-                    delivery = Delivery(
-                        claimed.id,
-                        claimed.profile,
-                        claimed.platform,
-                        claimed.channel,
-                        claimed.thread,
-                        claimed.reply_to,
-                        claimed.chunks[part],  # body
-                        marker_for(first_part=part) if marked else None,
+                    # settled with the next commit. Claimed already: no claim in begin().
+                    delivery = part_delivery(
+                        claimed,
                         part,
-                        parts,
-                        claimed.fence,  # the claim's own: it was made before this send
-                        claimed.attempts,
-                        None,  # claim_on_begin: claimed already
-                        claimed.partials[part] if part < len(claimed.partials) else None,
+                        marker_for(first_part=part) if marked else None,
+                        0,
+                        None,
                         poster_alive,
                     )
                     try:
