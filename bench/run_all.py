@@ -158,6 +158,9 @@ def _child(path: Path, *, quick: bool) -> None:
 def collect(paths: Sequence[Path], *, quick: bool, timeout: float, verbose: bool = False) -> Run:
     run = Run(quick=quick, machine=machine())
     for path in paths:
+        # One module's files may still be being written back while the next one measures, and
+        # a figure that fsyncs would pay for them; each module starts with nothing dirty.
+        os.sync()
         started = time.perf_counter()
         figures, why = run_module(path, quick=quick, timeout=timeout)
         run.seconds[path.stem] = round(time.perf_counter() - started, 2)
