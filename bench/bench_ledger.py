@@ -178,7 +178,7 @@ async def sweep_rate(store: Any) -> tuple[float, int]:
     ledger = DeliveryLedger(store, deliver=_deliver, profiles={"X"})  # the default schedule
     # The seeding's pages (and an earlier figure's) are written back before the clock starts,
     # so the sweep's commits do not wait on the setup's writeback.
-    os.sync()
+    await anyio.to_thread.run_sync(os.sync)
     started = time.perf_counter()
     report = await ledger.boot_sweep()
     return time.perf_counter() - started, report.delivered

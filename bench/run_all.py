@@ -16,6 +16,8 @@ exit status is non-zero only when a module fails.
 
 The machine is shared and has few cores, so every figure carries the load average when it was
 taken, and the run records the load before and after, with the CPU count, Python and commit.
+The disk is synced before each module, so no module's fsyncs wait on the writeback of files an
+earlier module left dirty.
 """
 
 from __future__ import annotations
