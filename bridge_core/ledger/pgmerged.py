@@ -50,13 +50,16 @@ Connection = psycopg.AsyncConnection[Any]
 RunMany = Callable[[Connection, list[I]], Awaitable[list[R]]]
 
 
-class _Slot(Generic[R]):
-    __slots__ = ("done", "error", "result")
+class _Call(Generic[R]):
+    """One ``call_many``'s items in a gathering: their results or errors, by position, and one
+    event for all of them (an event and a wake-up per item was a twentieth of a sweep's loop)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("done", "errors", "results")
+
+    def __init__(self, count: int) -> None:
         self.done = anyio.Event()
-        self.result: R | None = None
-        self.error: BaseException | None = None
+        self.results: list[R | None] = [None] * count
+        self.errors: list[BaseException | None] = [None] * count
 
 
 class Gathered(Generic[I, R]):
@@ -76,17 +79,19 @@ class Gathered(Generic[I, R]):
         # one statement's worth, runs as one autocommit statement (see ``_transaction``).
         self._key = key
         self._size = size
-        self._queued: list[tuple[I, _Slot[R]]] = []
+        self._queued: list[tuple[I, _Call[R], int]] = []
 
     async def call(self, item: I) -> R:
         return (await self.call_many((item,)))[0]
 
     async def call_many(self, items: Sequence[I]) -> list[R]:
         """Queue ``items`` together (they share the gathering's statements); their results."""
-        slots: list[_Slot[R]] = [_Slot() for _ in items]
+        if not items:
+            return []
+        call: _Call[R] = _Call(len(items))
         lead = not self._queued
-        self._queued += zip(items, slots, strict=True)
-        if lead and slots:
+        self._queued += [(item, call, position) for position, item in enumerate(items)]
+        if lead:
             # This caller leads: once the tasks resumed in this iteration have queued theirs,
             # it runs them all. Shielded, so the others are never left waiting on a cancelled
             # leader; the statements are short.
@@ -94,34 +99,32 @@ class Gathered(Generic[I, R]):
                 await anyio.lowlevel.checkpoint()
                 batch, self._queued = self._queued, []
                 await self._run(batch)
-        results: list[R] = []
-        for slot in slots:
-            await slot.done.wait()
-            if slot.error is not None:
-                raise slot.error
-            results.append(slot.result)  # type: ignore[arg-type]
-        return results
+        await call.done.wait()
+        for error in call.errors:
+            if error is not None:
+                raise error
+        return call.results  # type: ignore[return-value]
 
-    async def _run(self, batch: list[tuple[I, _Slot[R]]]) -> None:
+    async def _run(self, batch: list[tuple[I, _Call[R], int]]) -> None:
         try:
             try:
-                results = await self._transaction([item for item, _ in batch])
-                for (_, slot), result in zip(batch, results, strict=True):
-                    slot.result = result
+                results = await self._transaction([item for item, _, _ in batch])
+                for (_, call, position), result in zip(batch, results, strict=True):
+                    call.results[position] = result
             except Exception:
                 if len(batch) == 1:
                     raise
-                for item, slot in batch:  # find the item that fails; the others still run
+                for item, call, position in batch:  # find the item that fails; others still run
                     try:
-                        slot.result = (await self._transaction([item]))[0]
+                        call.results[position] = (await self._transaction([item]))[0]
                     except Exception as error:
-                        slot.error = error
+                        call.errors[position] = error
         except Exception as error:
-            for _, slot in batch:
-                slot.error = error
+            for _, call, position in batch:
+                call.errors[position] = error
         finally:
-            for _, slot in batch:
-                slot.done.set()
+            for call in {id(call): call for _, call, _ in batch}.values():
+                call.done.set()
 
     async def _transaction(self, items: list[I]) -> list[R]:
         if (
@@ -226,25 +229,31 @@ async def claim_many(
     live: str,
     by_key: bool = False,
 ) -> list[Obligation | None]:
-    """The claim's compare-and-swap for many rows: one ``UPDATE … FROM (VALUES …)``."""
+    """The claim's compare-and-swap for many rows: one ``UPDATE … FROM (VALUES …)``, or for a
+    sweep's page (``by_key``) one ``UPDATE … FROM unnest(…)`` of a column array each."""
     results: list[Obligation | None] = [None] * len(items)
     returning = _qualified_columns(table)
-    keyed = f"{table}.id = ANY(%s) AND " if by_key else ""
     chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK if by_key else CHUNK))
     statements: list[tuple[str, list[Any]]] = []
     for chunk in chunks:
+        if by_key:
+            statements.append(
+                (
+                    _keyed_claim(table, live, returning),
+                    [owner, *_keyed(chunk, 3), owner],
+                )
+            )
+            continue
         params: list[Any] = [owner]
         for _, item in chunk:
             params += item
-        if by_key:
-            params.append([item[0] for _, item in chunk])
         params.append(owner)
         statements.append(
             (
                 f"UPDATE {table} SET {_claim_changes(table)} "
                 f"FROM (VALUES {_values(len(chunk), 3, ('text', 'int8', 'float8'))}) "
                 "AS c (id, fence, now) "
-                f"WHERE {keyed}{table}.id = c.id AND {table}.fence = c.fence "
+                f"WHERE {table}.id = c.id AND {table}.fence = c.fence "
                 f"AND {_claimable(table, live)} RETURNING {returning}",
                 params,
             )
@@ -255,6 +264,26 @@ async def claim_many(
             row = claimed.get(obligation_id)
             results[index] = None if row is None else to_obligation(row)
     return results
+
+
+def _keyed(chunk: Sequence[tuple[int, tuple[Any, ...]]], width: int) -> list[list[Any]]:
+    """A chunk's items as one list per column, each bound as one array parameter, and the ids
+    once more for ``id = ANY(…)``, which keeps the primary key driving the statement (see
+    ``PG_CHUNK``). The statement's text is then the same whatever the chunk's size, so psycopg
+    converts it once (its ``%s`` split is cached) instead of at every call."""
+    columns = [[item[column] for _, item in chunk] for column in range(width)]
+    return [*columns, columns[0]]
+
+
+@functools.cache
+def _keyed_claim(table: str, live: str, returning: str) -> str:
+    """A sweep page's claim of rows it did not read as they are: the rows come back whole."""
+    return (
+        f"UPDATE {table} SET {_claim_changes(table)} "
+        "FROM unnest(%s::text[], %s::int8[], %s::float8[]) AS c (id, fence, now) "
+        f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+        f"AND {_claimable(table, live)} RETURNING {returning}"
+    )
 
 
 KnownClaim = tuple[str, int, float, float]
@@ -268,27 +297,23 @@ async def claim_known_many(
     ``attempting`` (a sweep's page): such a row cannot change without its fence moving, so
     only the ids claimed come back and the caller applies the claim's changes to the row as
     read. ``created_at`` must match too: it tells the row from an older life of its id (purged
-    and recorded again) at the same fence. Statements of ``PG_CHUNK`` rows by the primary key."""
+    and recorded again) at the same fence. Statements of ``PG_CHUNK`` rows, each id once."""
     chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK))
-    statements: list[tuple[str, list[Any]]] = []
-    for chunk in chunks:
-        params: list[Any] = [owner]
-        for _, item in chunk:
-            params += item
-        params.append([item[0] for _, item in chunk])
-        params.append(owner)
-        statements.append(
-            (
-                f"UPDATE {table} SET {_claim_changes(table)} "
-                f"FROM (VALUES {_values(len(chunk), 4, ('text', 'int8', 'float8', 'float8'))}) "
-                "AS c (id, fence, now, created_at) "
-                f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
-                f"AND {table}.created_at = c.created_at "
-                f"AND {_claimable(table, live)} RETURNING {table}.id",
-                params,
-            )
-        )
+    sql = _known_claim(table, live)
+    statements = [(sql, [owner, *_keyed(chunk, 4), owner]) for chunk in chunks]
     return await _matched(conn, statements, chunks, len(items))
+
+
+@functools.cache
+def _known_claim(table: str, live: str) -> str:
+    return (
+        f"UPDATE {table} SET {_claim_changes(table)} "
+        "FROM unnest(%s::text[], %s::int8[], %s::float8[], %s::float8[]) "
+        "AS c (id, fence, now, created_at) "
+        f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+        f"AND {table}.created_at = c.created_at "
+        f"AND {_claimable(table, live)} RETURNING {table}.id"
+    )
 
 
 async def _matched(
@@ -364,7 +389,6 @@ async def held_many(
 
 DeliveredItem = tuple[str, int, float, str, str, str | None]
 """id, fence, now, and the last part's ref: channel, message id, thread."""
-_DELIVERED_CASTS = ("text", "int8", "float8", "text", "text", "text")
 
 
 async def delivered_many(
@@ -373,28 +397,24 @@ async def delivered_many(
     """A sweep's delivered settles (``mark_delivered``): ``held_many``'s conditions and changes
     for ``settle(state=DELIVERED, ref=…)``, row by row (this owner, the fence it holds,
     ``attempting``; ``next_attempt_at`` cleared, ``penalty`` off, ``last_error`` kept, the ref
-    appended), in statements of ``PG_CHUNK`` rows driven by the primary key. Only the ids come
-    back (a delivered row is final: nothing of it is kept), and the ref is built by the
-    statement, not encoded to JSON a row here."""
+    appended), in statements of ``PG_CHUNK`` rows, each id once. Only the ids come back (a
+    delivered row is final: nothing of it is kept), and the ref is built by the statement, not
+    encoded to JSON a row here."""
     chunks = list(rounds(items, lambda item: item[0], size=PG_CHUNK))
-    statements: list[tuple[str, list[Any]]] = []
-    for chunk in chunks:
-        params: list[Any] = []
-        for _, item in chunk:
-            params += item
-        params.append([item[0] for _, item in chunk])
-        params.append(owner)
-        statements.append(
-            (
-                f"UPDATE {table} SET updated_at = c.now, state = 'delivered', "
-                "next_attempt_at = NULL, penalty = FALSE, "
-                f"delivered = {table}.delivered || "
-                "jsonb_build_array(jsonb_build_array(c.channel, c.message, c.thread)) "
-                f"FROM (VALUES {_values(len(chunk), 6, _DELIVERED_CASTS)}) "
-                "AS c (id, fence, now, channel, message, thread) "
-                f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
-                f"AND {table}.owner = %s AND {table}.state = 'attempting' RETURNING {table}.id",
-                params,
-            )
-        )
+    sql = _delivered(table)
+    statements = [(sql, [*_keyed(chunk, 6), owner]) for chunk in chunks]
     return await _matched(conn, statements, chunks, len(items))
+
+
+@functools.cache
+def _delivered(table: str) -> str:
+    return (
+        f"UPDATE {table} SET updated_at = c.now, state = 'delivered', "
+        "next_attempt_at = NULL, penalty = FALSE, "
+        f"delivered = {table}.delivered || "
+        "jsonb_build_array(jsonb_build_array(c.channel, c.message, c.thread)) "
+        "FROM unnest(%s::text[], %s::int8[], %s::float8[], %s::text[], %s::text[], %s::text[]) "
+        "AS c (id, fence, now, channel, message, thread) "
+        f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+        f"AND {table}.owner = %s AND {table}.state = 'attempting' RETURNING {table}.id"
+    )
