@@ -270,7 +270,9 @@ def _keyed(chunk: Sequence[tuple[int, tuple[Any, ...]]], width: int) -> list[lis
     """A chunk's items as one list per column, each bound as one array parameter, and the ids
     once more for ``id = ANY(…)``, which keeps the primary key driving the statement (see
     ``PG_CHUNK``). The statement's text is then the same whatever the chunk's size, so psycopg
-    converts it once (its ``%s`` split is cached) instead of at every call."""
+    converts it once (its ``%s`` split is cached) instead of at every call. The arrays go in
+    binary (``%b``): psycopg dumps a list element by element, a third as fast in text (quoted
+    and escaped), and binary floats arrive exact."""
     columns = [[item[column] for _, item in chunk] for column in range(width)]
     return [*columns, columns[0]]
 
@@ -280,8 +282,8 @@ def _keyed_claim(table: str, live: str, returning: str) -> str:
     """A sweep page's claim of rows it did not read as they are: the rows come back whole."""
     return (
         f"UPDATE {table} SET {_claim_changes(table)} "
-        "FROM unnest(%s::text[], %s::int8[], %s::float8[]) AS c (id, fence, now) "
-        f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+        "FROM unnest(%b::text[], %b::int8[], %b::float8[]) AS c (id, fence, now) "
+        f"WHERE {table}.id = ANY(%b) AND {table}.id = c.id AND {table}.fence = c.fence "
         f"AND {_claimable(table, live)} RETURNING {returning}"
     )
 
@@ -308,9 +310,9 @@ async def claim_known_many(
 def _known_claim(table: str, live: str) -> str:
     return (
         f"UPDATE {table} SET {_claim_changes(table)} "
-        "FROM unnest(%s::text[], %s::int8[], %s::float8[], %s::float8[]) "
+        "FROM unnest(%b::text[], %b::int8[], %b::float8[], %b::float8[]) "
         "AS c (id, fence, now, created_at) "
-        f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+        f"WHERE {table}.id = ANY(%b) AND {table}.id = c.id AND {table}.fence = c.fence "
         f"AND {table}.created_at = c.created_at "
         f"AND {_claimable(table, live)} RETURNING {table}.id"
     )
@@ -413,8 +415,9 @@ def _delivered(table: str) -> str:
         "next_attempt_at = NULL, penalty = FALSE, "
         f"delivered = {table}.delivered || "
         "jsonb_build_array(jsonb_build_array(c.channel, c.message, c.thread)) "
-        "FROM unnest(%s::text[], %s::int8[], %s::float8[], %s::text[], %s::text[], %s::text[]) "
+        "FROM unnest(%b::text[], %b::int8[], %b::float8[], "
+        "%b::text[], %b::text[], %b::text[]) "
         "AS c (id, fence, now, channel, message, thread) "
-        f"WHERE {table}.id = ANY(%s) AND {table}.id = c.id AND {table}.fence = c.fence "
+        f"WHERE {table}.id = ANY(%b) AND {table}.id = c.id AND {table}.fence = c.fence "
         f"AND {table}.owner = %s AND {table}.state = 'attempting' RETURNING {table}.id"
     )
