@@ -14,7 +14,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bridge_core.events import AgentFinished
+from bridge_core.events import AgentFinished, StatusChanged
 from bridge_core.notify.render import (
     AgentState,
     Cleaner,
@@ -52,9 +52,10 @@ class Slot:
     key: tuple[int, str, int]
     ref: MessageRef | None = None
     # A change sets ``changed``; reading ``version`` counts it. So a burst of changes between
-    # two reads is one version, and a change (the notifier's hot path) stores a constant
-    # instead of allocating a new int. Versions are only compared with versions read earlier
-    # (rendered, delivered, refused), and two reads differ exactly when a change came between.
+    # two reads is one version, and a change stores a constant instead of allocating a new
+    # int (an agent's status change stores only its news, ``TrackedAgent.version``). Versions
+    # are only compared with versions read earlier (rendered, delivered, refused), and two
+    # reads differ exactly when a change came between.
     changed: bool = False
     counted: int = 0
     rendered: int = -1
@@ -82,6 +83,10 @@ class Slot:
         return self.delivered < version and self.refused < version
 
 
+# What an agent's status reads before its first status change: no status yet.
+NO_NEWS = StatusChanged("", "", status="")
+
+
 @dataclass(eq=False, slots=True, kw_only=True)
 class TrackedAgent(Slot):
     """An agent the notifier holds state for: its latest news, and its live message's slot,
@@ -91,15 +96,36 @@ class TrackedAgent(Slot):
     workspace: str
     phase: Phase = Phase.HOLDING
     title: str = ""
-    status: str = ""
+    # The latest status change taken, itself: the notifier's hot path stores the event and
+    # nothing else, and the version counts a change by the event's identity (ADR 0168). Events
+    # are immutable, and ``counted_news`` holds the event counted last, so an identity seen
+    # again is that very event, never a new one at a freed one's address.
+    news: StatusChanged = NO_NEWS
+    counted_news: StatusChanged = NO_NEWS
     finished: AgentFinished | None = None
     gone: str | None = None
-    # ``terminal`` as one field, set with ``finished`` or ``gone``: the notifier's hot path
-    # reads it for every status change.
+    # ``terminal`` as one field, set with ``finished`` or ``gone``. The notifier's status path
+    # does not read it: an ended agent's name leads that path to a sink (ADR 0168).
     ended: bool = False
     terminal_at: float = 0.0
     spawned_at: float = 0.0
     summary: Summary | None = None
+
+    @property
+    def status(self) -> str:
+        """Its latest status (empty before the first status change)."""
+        return self.news.status
+
+    @property
+    def version(self) -> int:
+        """As ``Slot.version``, a status change counted as a change: the latest news is not
+        the news counted last."""
+        news = self.news
+        if self.changed or news is not self.counted_news:
+            self.changed = False
+            self.counted_news = news
+            self.counted += 1
+        return self.counted
 
     @property
     def terminal(self) -> bool:

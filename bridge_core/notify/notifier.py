@@ -113,6 +113,11 @@ class Notifier:
         self._workspaces = self.config.workspaces
         self._on_terminal_delivered = on_terminal_delivered
         self._agents: dict[str, TrackedAgent] = {}
+        # The status path's view of ``_agents``, the same names: an agent not ended maps to
+        # itself, an ended one to ``_sink``, which absorbs late news (a store no one reads) and
+        # owes work for ever, so the hot path stops there with no test of its own (ADR 0168).
+        self._running: dict[str, TrackedAgent] = {}
+        self._sink = TrackedAgent(key=(id(self), "ended", 0), name="", workspace="", outstanding=1)
         self._finished: dict[str, float] = {}
         self._wake: anyio.Event | None = None
         self._holds_ended = False
@@ -189,15 +194,14 @@ class Notifier:
                 self._filtered += 1.0
                 return
             try:
-                agent = self._agents[event.agent]
+                agent = self._running[event.agent]
+                agent.news = event  # type: ignore[assignment]  # a StatusChanged
+                if agent.outstanding:
+                    return
             except KeyError:
                 self._handle_rare(event, None)
                 return
-            if agent.ended:
-                return  # late news about an agent that has ended
-            agent.status = event.status  # type: ignore[attr-defined]  # a StatusChanged
-            agent.changed = True
-            if not agent.outstanding and agent.phase is _LIVE and self._edit:
+            if agent.phase is _LIVE and self._edit:
                 agent.lost = False  # after a deleted message, this update posts one new one
                 self._submit_agent(agent)
             return
@@ -209,49 +213,77 @@ class Notifier:
     def handle_all(self, events: Sequence[FleetEvent]) -> None:
         """Take a batch of fleet events, in order, deciding each as ``handle`` would
         (synchronous, no I/O). The gateway's entry: a request's events, a stream entry's."""
-        # The hot path (a status change of a live agent whose work is already owed) is a few
-        # attribute stores: no await, no queue, no allocation. Keep it that way. The event's
-        # class is tested before any field is read, so the fields read after each test see one
-        # class and CPython 3.11 specialises each read (a read that sees several classes takes
-        # the slow generic path); an event of a kind that does not notify is known by its class
-        # alone. Of an agent's state, the common case (work already owed at the sender) reads
-        # ``ended`` and ``outstanding`` and stops.
+        # The hot path (a status change of an agent whose work is already owed) is one lookup
+        # and one store: no await, no queue, no allocation. Keep it that way. The event's class
+        # is tested before any field is read, so the fields read after each test see one class
+        # and CPython 3.11 specialises each read (a read that sees several classes takes the
+        # slow generic path); an event of a kind that does not notify is known by its class
+        # alone. The agent is found in ``_running``, where an ended agent is the sink that owes
+        # work, so no ``ended`` is read; the event itself is the agent's news, so no status or
+        # change flag is stored (ADR 0168). The store and the ``outstanding`` test sit inside
+        # the ``try``, which then has no jump past its handler on the common path; neither can
+        # raise the ``KeyError`` it catches.
         #
-        # What each event would read of the notifier is read once per batch, and the counts are
-        # stored once per batch (ADR 0157): the events are counted by their number, and the
-        # filtered ones in a local. An event that raises has been counted as arrived (not as
-        # filtered), as ``handle`` counts it, and the events after it are not taken: the error
-        # goes to the caller, with the counts of what was reached stored on the way.
+        # The loop is written twice, with a workspace filter and without, so that no event
+        # tests whether there is one (ADR 0168); tests/notify/test_batches.py runs both against
+        # ``handle``. What each event would read of the notifier is read once per batch, and
+        # the counts are stored once per batch (ADR 0157): the events are counted by their
+        # number, and the filtered ones in a local. An event that raises has been counted as
+        # arrived (not as filtered), as ``handle`` counts it, and the events after it are not
+        # taken: the error goes to the caller, with the counts of what was reached stored on
+        # the way.
         status_class = self._status_class
         workspaces = self._workspaces
-        agents = self._agents
+        running = self._running
         quiet = self._quiet
+        edit = self._edit
+        submit_agent = self._submit_agent
         filtered = 0
         remaining = iter(events)
         try:
-            for event in remaining:
-                cls = type(event)
-                if cls is status_class:
-                    if workspaces is not None and event.workspace not in workspaces:
+            if workspaces is None:
+                for event in remaining:
+                    cls = type(event)
+                    if cls is status_class:
+                        try:
+                            agent = running[event.agent]
+                            agent.news = event  # type: ignore[assignment]  # a StatusChanged
+                            if agent.outstanding:
+                                continue
+                        except KeyError:
+                            self._handle_rare(event, None)
+                            continue
+                        if agent.phase is _LIVE and edit:
+                            agent.lost = False  # after a deleted message, post one new one
+                            submit_agent(agent)
+                        continue
+                    if cls in quiet or self._filters_out(event):
                         filtered += 1
                         continue
-                    try:
-                        agent = agents[event.agent]
-                    except KeyError:
-                        self._handle_rare(event, None)
+                    self._handle_rare(event, self._agents.get(event.agent))
+            else:
+                for event in remaining:
+                    cls = type(event)
+                    if cls is status_class:
+                        if event.workspace not in workspaces:
+                            filtered += 1
+                            continue
+                        try:
+                            agent = running[event.agent]
+                            agent.news = event  # type: ignore[assignment]  # a StatusChanged
+                            if agent.outstanding:
+                                continue
+                        except KeyError:
+                            self._handle_rare(event, None)
+                            continue
+                        if agent.phase is _LIVE and edit:
+                            agent.lost = False  # after a deleted message, post one new one
+                            submit_agent(agent)
                         continue
-                    if agent.ended:
-                        continue  # late news about an agent that has ended
-                    agent.status = event.status  # type: ignore[attr-defined]  # a StatusChanged
-                    agent.changed = True  # the agent is its message's slot
-                    if not agent.outstanding and agent.phase is _LIVE and self._edit:
-                        agent.lost = False  # after a deleted message, this update posts one new one
-                        self._submit_agent(agent)
-                    continue
-                if cls in quiet or self._filters_out(event):
-                    filtered += 1
-                    continue
-                self._handle_rare(event, agents.get(event.agent))
+                    if cls in quiet or self._filters_out(event):
+                        filtered += 1
+                        continue
+                    self._handle_rare(event, self._agents.get(event.agent))
         finally:
             # A sequence's iterator knows exactly how many items it has left.
             self._events += len(events) - length_hint(remaining)
@@ -276,7 +308,7 @@ class Notifier:
                 agent = self._spawn(event, "")
             elif agent.terminal:
                 return
-            agent.status = event.status
+            agent.news = event
             agent.slot.changed = True
             if agent.phase == _LIVE:
                 self._agent_changed(agent)
@@ -302,6 +334,7 @@ class Notifier:
             else:
                 agent.gone = event.reason
             agent.ended = True
+            self._running[agent.name] = self._sink
             agent.terminal_at = anyio.current_time()
             agent.slot.changed = True
             self._agent_finalised(agent)
@@ -353,6 +386,7 @@ class Notifier:
         agent.slot.edit_text = lambda: self._render_agent(agent, post=False)
         agent.slot.outcome = lambda result: self._agent_outcome(agent, result)
         self._agents[event.agent] = agent
+        self._running[event.agent] = agent
         if (self._bursts.place(agent, now) or self._holds_ended) and self._wake is not None:
             self._wake.set()
         return agent
@@ -379,6 +413,7 @@ class Notifier:
     def _retire(self, agent: TrackedAgent) -> None:
         if self._agents.get(agent.name) is agent:
             del self._agents[agent.name]
+            del self._running[agent.name]
         self._finished[agent.name] = anyio.current_time()
 
     def _submit_agent(self, agent: TrackedAgent) -> None:
