@@ -236,8 +236,6 @@ class Notifier:
         workspaces = self._workspaces
         running = self._running
         quiet = self._quiet
-        edit = self._edit
-        submit_agent = self._submit_agent
         filtered = 0
         remaining = iter(events)
         try:
@@ -253,9 +251,9 @@ class Notifier:
                         except KeyError:
                             self._handle_rare(event, None)
                             continue
-                        if agent.phase is _LIVE and edit:
+                        if agent.phase is _LIVE and self._edit:
                             agent.lost = False  # after a deleted message, post one new one
-                            submit_agent(agent)
+                            self._submit_agent(agent)
                         continue
                     if cls in quiet or self._filters_out(event):
                         filtered += 1
@@ -276,9 +274,9 @@ class Notifier:
                         except KeyError:
                             self._handle_rare(event, None)
                             continue
-                        if agent.phase is _LIVE and edit:
+                        if agent.phase is _LIVE and self._edit:
                             agent.lost = False  # after a deleted message, post one new one
-                            submit_agent(agent)
+                            self._submit_agent(agent)
                         continue
                     if cls in quiet or self._filters_out(event):
                         filtered += 1
