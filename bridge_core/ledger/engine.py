@@ -190,10 +190,30 @@ class DeliveryLedger:
         commit (the claim would follow at once; ADR 0121); one that claims at the turn records
         it ``pending`` and claims it in ``delivery.begin()``.
         """
-        row, created = await self.record(reply, claim=not self._deliver_begins)
+        # ``record`` and ``deliver_now`` in this one frame (ADR 0170): every await of the
+        # reply's record and settle resumes each coroutine between here and the writer's
+        # future, twice a reply.
+        self._check_profile(reply)
+        claim = not self._deliver_begins and self._connected(reply.platform)
+        row, created = await self.store.record(reply, now=self._clock(), claimed=claim)
         if not created:
             return row
-        return await self.deliver_now(row)
+        try:
+            if claim:  # recorded claimed: what ``_send_begun`` does
+                self._sending.add(row.id)
+                try:
+                    outcome = await self._send(row, marked=False, poster_alive=True, begun=True)
+                finally:
+                    self._sending.discard(row.id)
+            else:
+                outcome = await self._attempt(row)
+            if outcome.row is not None:
+                return outcome.row
+            current = await self.store.get(row.id)
+        except Exception:
+            log.exception("ledger: delivering %s failed in the ledger itself", row.id)
+            return row
+        return current if current is not None else row
 
     async def deliver_now(self, row: Obligation) -> Obligation:
         """Claim ``row`` (as read, by its fence) and send it; returns the row as it ended, or as

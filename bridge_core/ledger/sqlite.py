@@ -21,10 +21,10 @@ from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner, is_alive_here
 from bridge_core.ledger.rows import (
     COLUMNS,
-    changed_row,
     claimed_row,
     decode_refs,
     filters_sql,
+    held_row,
     new_row,
     scope_where,
     to_obligation,
@@ -424,19 +424,20 @@ class SQLiteLedgerStore:
             delivered = known.delivered if ref is None else (*known.delivered, ref)
             if count != len(delivered):  # another writer appended at this fence: read them all
                 delivered = decode_refs(stored)
-            result = changed_row(
-                known,
-                state=known.state if state is None else state,
-                owner=known.owner,
-                fence=known.fence,
-                attempts=known.attempts,
-                resends=known.resends,
-                penalty=known.penalty if state is None else penalty,
-                next_attempt_at=known.next_attempt_at if state is None else next_attempt_at,
-                updated_at=now,
-                last_error=stored_error,
-                delivered=delivered,
-            )
+            if state is None:  # a part's progress: only its refs and its time move
+                result = held_row(
+                    known,
+                    known.state,
+                    known.penalty,
+                    known.next_attempt_at,
+                    now,
+                    stored_error,
+                    delivered,
+                )
+            else:
+                result = held_row(
+                    known, state, penalty, next_attempt_at, now, stored_error, delivered
+                )
         if not result.state.final:
             self._remember(result)
         return result
