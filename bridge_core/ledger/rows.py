@@ -23,6 +23,7 @@ __all__ = [
     "new_row",
     "scope_where",
     "to_obligation",
+    "to_obligation_typed",
 ]
 
 COLUMNS = (
@@ -120,6 +121,65 @@ def to_obligation(row: Sequence[Any]) -> Obligation:
         None if next_attempt_at is None else float(next_attempt_at),
         last_error,
         bool(penalty),
+        decode_refs(delivered) if delivered else (),
+        partials,
+    )
+
+
+def to_obligation_typed(row: Sequence[Any]) -> Obligation:
+    """``to_obligation`` for a row whose columns come back as their declared types (SQLite's:
+    its ``INTEGER`` and ``REAL`` column affinities store what the ledger writes as integers and
+    floats, and read them back so): no conversion a column. A boot sweep decodes every row it
+    sends through this, on the reader's thread, and that decoding was the largest single holder
+    of the GIL in the sweep (ADR 0172); the conversions were a third of it (ADR 0170)."""
+    (
+        id_,
+        profile,
+        platform,
+        channel,
+        thread,
+        reply_to,
+        text,
+        chunks,
+        state,
+        attempts,
+        resends,
+        fence,
+        owner,
+        created_at,
+        updated_at,
+        next_attempt_at,
+        last_error,
+        penalty,
+        delivered,
+    ) = row
+    try:
+        known = _STATES[state]
+    except KeyError:
+        known = State(state)  # the error for an unknown one
+    if chunks:
+        parts, partials = decode_parts(text, chunks)
+    else:  # a one-part reply with nothing delivered yet: most rows a sweep reads
+        parts, partials = (text,), ()
+    return Obligation(
+        id_,
+        profile,
+        platform,
+        channel,
+        thread,
+        reply_to,
+        text,
+        parts,
+        known,
+        attempts,
+        resends,
+        fence,
+        owner,
+        created_at,
+        updated_at,
+        next_attempt_at,
+        last_error,
+        True if penalty else False,  # a jump, not a call of bool()
         decode_refs(delivered) if delivered else (),
         partials,
     )

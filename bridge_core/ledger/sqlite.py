@@ -27,7 +27,7 @@ from bridge_core.ledger.rows import (
     held_row,
     new_row,
     scope_where,
-    to_obligation,
+    to_obligation_typed,
 )
 from bridge_core.ledger.sqlmerged import (
     ClaimItem,
@@ -215,6 +215,14 @@ class SQLiteLedgerStore:
         self._known[row.id] = row
         return row
 
+    def _remember_all(self, rows: Sequence[Obligation]) -> None:
+        """``_remember`` each of ``rows``, in one call (a page or a batch of a sweep)."""
+        known = self._known
+        for row in rows:
+            if len(known) >= _KNOWN_LIMIT:
+                del known[next(iter(known))]
+            known[row.id] = row
+
     def _recall(self, obligation_id: str, fence: int) -> Obligation | None:
         known = self._known.pop(obligation_id, None)
         return known if known is not None and known.fence == fence else None
@@ -259,7 +267,7 @@ class SQLiteLedgerStore:
     async def get(self, obligation_id: str) -> Obligation | None:
         def run(conn: sqlite3.Connection) -> Obligation | None:
             found = conn.execute(f"{_SELECT} WHERE id = ?", (obligation_id,)).fetchone()
-            return None if found is None else to_obligation(found)
+            return None if found is None else to_obligation_typed(found)
 
         row = await self.writer.call(run)
         if row is not None and row.state in _CLAIMABLE_UNHELD:
@@ -282,14 +290,11 @@ class SQLiteLedgerStore:
 
         def run(conn: sqlite3.Connection) -> list[Obligation]:
             self._live_for_reads.clear()
-            return [
-                to_obligation(found) for found in conn.execute(f"{_SELECT} WHERE {where}", params)
-            ]
+            found = conn.execute(f"{_SELECT} WHERE {where}", params)
+            return [to_obligation_typed(row) for row in found]
 
         rows = await self._reader.call(run)
-        for row in rows:
-            if row.state in _CLAIMABLE_UNHELD:
-                self._remember(row)
+        self._remember_all([row for row in rows if row.state in _CLAIMABLE_UNHELD])
         return rows
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
@@ -299,13 +304,32 @@ class SQLiteLedgerStore:
     async def claim_many(
         self, items: Sequence[tuple[str, int]], *, now: float
     ) -> list[Obligation | None]:
-        # One call of the writer for them all: the claims share its statements and its commit
-        prepared = [self._claim_item(obligation_id, fence, now) for obligation_id, fence in items]
-        results = await self.writer.call_merged_many(self._claims, [item for item, _ in prepared])
-        return [
-            self._claimed(known, result, fence, now)
-            for (_, fence), (_, known), result in zip(items, prepared, results, strict=True)
-        ]
+        # One call of the writer for them all: the claims share its statements and its commit.
+        # ``_claim_item`` and ``_claimed`` inlined: a sweep claims every row it sends here.
+        knowns: list[Obligation | None] = []
+        claim_items: list[ClaimItem] = []
+        remembered = self._known
+        for obligation_id, fence in items:
+            known = remembered.pop(obligation_id, None)  # ``_recall``
+            if known is not None and (known.fence != fence or known.state not in _CLAIMABLE_UNHELD):
+                known = None
+            knowns.append(known)
+            claim_items.append(
+                (obligation_id, fence, now, None if known is None else known.created_at)
+            )
+        results = await self.writer.call_merged_many(self._claims, claim_items)
+        claimed: list[Obligation | None] = []
+        owner = self._owner
+        for (_, fence), known, result in zip(items, knowns, results, strict=True):
+            if result is None or result is False:
+                claimed.append(None)
+            elif result is True:
+                assert known is not None
+                claimed.append(claimed_row(known, fence, owner, now))
+            else:
+                claimed.append(result)
+        self._remember_all([row for row in claimed if row is not None])
+        return claimed
 
     def _claim_item(
         self, obligation_id: str, fence: int, now: float
@@ -341,7 +365,7 @@ class SQLiteLedgerStore:
                 f"RETURNING {COLUMNS}",
                 (reason, now, obligation_id, fence),
             ).fetchone()
-            return None if found is None else to_obligation(found)
+            return None if found is None else to_obligation_typed(found)
 
         return await self.writer.call(run)
 
@@ -359,10 +383,13 @@ class SQLiteLedgerStore:
         # One call of the writer for them all, as ``claim_many``; a delivered row is final, so
         # nothing of it is kept or rebuilt here, and only whether each settled comes back.
         prepared: list[DeliveredItem] = []
+        remembered, owner = self._known, self._owner
         for oid, fence, ref in items:
-            known = self._recall(oid, fence)  # as in ``_held_item``: the row as claimed here
+            # ``_recall`` inlined (a sweep settles every row here), then as in ``_held_item``:
+            # the row as claimed here
+            known = remembered.pop(oid, None)
             if known is not None and (
-                known.state is not State.ATTEMPTING or known.owner != self._owner
+                known.fence != fence or known.state is not State.ATTEMPTING or known.owner != owner
             ):
                 known = None
             created_at = None if known is None else known.created_at
@@ -517,7 +544,7 @@ class SQLiteLedgerStore:
             found = conn.execute(
                 f"{_SELECT}{where} ORDER BY created_at DESC, id DESC LIMIT ?", (*params, limit)
             )
-            return [to_obligation(row) for row in found]
+            return [to_obligation_typed(row) for row in found]
 
         return await self.writer.call(run)
 
@@ -531,7 +558,7 @@ class SQLiteLedgerStore:
                 f"owner = NULL WHERE id = ? AND state = 'abandoned' RETURNING {COLUMNS}",
                 (now, now, obligation_id),
             ).fetchone()
-            return None if found is None else to_obligation(found)
+            return None if found is None else to_obligation_typed(found)
 
         return await self.writer.call(run)
 
