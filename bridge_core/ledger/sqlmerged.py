@@ -109,12 +109,21 @@ class MergedRecords:
         for chunk in rounds(items, lambda fresh: fresh.id):
             params: list[Any] = []
             for _, fresh in chunk:
-                params += insert_params(fresh, owner=self.owner)
+                values = insert_params(fresh, owner=self.owner)
+                thread, reply_to = values[4], values[5]
+                if thread is None or reply_to is None:  # no NULL bound (see ``_NULL_TEXT``)
+                    values = (
+                        *values[:4],
+                        _NULL_TEXT if thread is None else thread,
+                        _NULL_TEXT if reply_to is None else reply_to,
+                        *values[6:],
+                    )
+                params += values
             created = {
                 found[0]
                 for found in conn.execute(
                     f"INSERT INTO ledger ({INSERT_COLUMNS}) "
-                    f"SELECT * FROM (VALUES {_values(len(chunk), 14)}) "
+                    f"SELECT {_INSERT_SELECT} FROM (VALUES {_values(len(chunk), 14)}) "
                     "WHERE true ON CONFLICT (id) DO NOTHING RETURNING id",
                     params,
                 )
@@ -166,15 +175,33 @@ HeldResult = Obligation | tuple[str | None, int, str] | None
 """The row after the change (unknown rows), ``(last_error, how many refs, delivered as JSON)``
 (known rows), ``None``."""
 
+_NULL_TEXT = 0
+"""Bound in place of ``None`` for a text column, and read back as ``NULL`` by
+``NULLIF(value, 0)``: an integer is never equal to a text (SQLite compares a number as less
+than any text, ``'0'`` included), so no string the ledger writes turns into ``NULL``. sqlite3
+binds ``None`` through its adapter lookup, which builds and clears an ``AttributeError`` each
+time (about 3,300 instructions a value, five a reply on ``submit``'s path; ADR 0170), and an
+integer directly."""
+_NULL_REAL = ""
+"""The same for a real column (``next_attempt_at``), read back by ``NULLIF(value, '')``: no
+number equals a text. (``0`` would not do: ``0.0 = 0``.)"""
+
+# The new row's columns in ``INSERT_COLUMNS`` order, the thread and the reply-to (5 and 6)
+# given back their NULLs.
+_INSERT_SELECT = ", ".join(
+    f"NULLIF(column{n}, {_NULL_TEXT})" if n in (5, 6) else f"column{n}" for n in range(1, 15)
+)
+
 _HELD_SET = (
     "UPDATE ledger SET updated_at = c.column3, "
-    "state = COALESCE(c.column4, state), "
-    "next_attempt_at = CASE WHEN c.column4 IS NULL THEN next_attempt_at ELSE c.column5 END, "
-    "penalty = CASE WHEN c.column4 IS NULL THEN penalty ELSE c.column6 END, "
-    "last_error = COALESCE(c.column7, last_error), "
+    "state = COALESCE(NULLIF(c.column4, 0), state), "
+    "next_attempt_at = CASE WHEN c.column4 = 0 THEN next_attempt_at "
+    "ELSE NULLIF(c.column5, '') END, "
+    "penalty = CASE WHEN c.column4 = 0 THEN penalty ELSE c.column6 END, "
+    "last_error = COALESCE(NULLIF(c.column7, 0), last_error), "
     "delivered = CASE WHEN c.column11 = 0 THEN delivered ELSE json_insert("
     "CASE WHEN delivered = '' THEN '[]' ELSE delivered END, '$[#]', "
-    "json_array(c.column8, c.column9, c.column10)) END "
+    "json_array(c.column8, c.column9, NULLIF(c.column10, 0))) END "
 )
 
 
@@ -262,7 +289,22 @@ class MergedHeldUpdates:
                     continue
                 params: list[Any] = []
                 for _, item in part:
-                    params += item[:11] if full else item
+                    # no NULL bound (see ``_NULL_TEXT``): the state, the time of the next
+                    # attempt, the error and the ref's thread, each as its stand-in
+                    state, next_attempt_at, error, thread = item[3], item[4], item[6], item[9]
+                    params += (
+                        *item[:3],
+                        _NULL_TEXT if state is None else state,
+                        _NULL_REAL if next_attempt_at is None else next_attempt_at,
+                        item[5],
+                        _NULL_TEXT if error is None else error,
+                        item[7],
+                        item[8],
+                        _NULL_TEXT if thread is None else thread,
+                        item[10],
+                    )
+                    if not full:
+                        params.append(item[11])
                 params.append(self.owner)
                 returning = _RETURNING if full else _RETURNING_APPENDED
                 changed = {
