@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from bridge_core.ledger.frozen import quick_init
 from bridge_core.ledger.model import ClaimLost, Obligation, part_delivery
 from bridge_core.ledger.report import SweepReport
 from bridge_core.ledger.schedule import Abandon, marker_for, verdict_at_claim
@@ -49,6 +50,7 @@ class SweepOutcome(enum.StrEnum):
     SKIPPED = "skipped"  # not sent: claimed elsewhere, already settled, or its claim was lost
 
 
+@quick_init  # built once a reply sent: see frozen.py
 @dataclass(frozen=True, slots=True)
 class Outcome:
     kind: SweepOutcome
