@@ -190,30 +190,14 @@ class DeliveryLedger:
         commit (the claim would follow at once; ADR 0121); one that claims at the turn records
         it ``pending`` and claims it in ``delivery.begin()``.
         """
-        # ``record`` and ``deliver_now`` in this one frame (ADR 0170): every await of the
-        # reply's record and settle resumes each coroutine between here and the writer's
-        # future, twice a reply.
+        # ``record``'s work in this frame (ADR 0170): every await of the reply's record and
+        # settle resumes each coroutine between here and the writer's future.
         self._check_profile(reply)
         claim = not self._deliver_begins and self._connected(reply.platform)
         row, created = await self.store.record(reply, now=self._clock(), claimed=claim)
         if not created:
             return row
-        try:
-            if claim:  # recorded claimed: what ``_send_begun`` does
-                self._sending.add(row.id)
-                try:
-                    outcome = await self._send(row, marked=False, poster_alive=True, begun=True)
-                finally:
-                    self._sending.discard(row.id)
-            else:
-                outcome = await self._attempt(row)
-            if outcome.row is not None:
-                return outcome.row
-            current = await self.store.get(row.id)
-        except Exception:
-            log.exception("ledger: delivering %s failed in the ledger itself", row.id)
-            return row
-        return current if current is not None else row
+        return await self._deliver_row(row, begun=claim)
 
     async def deliver_now(self, row: Obligation) -> Obligation:
         """Claim ``row`` (as read, by its fence) and send it; returns the row as it ended, or as
@@ -224,9 +208,21 @@ class DeliveryLedger:
         left attempting) take it from there. The runtime calls this in background tasks, where
         an exception would stop the gateway.
         """
+        return await self._deliver_row(row, begun=self._begun.pop(row.id, None) == row.fence)
+
+    async def _deliver_row(self, row: Obligation, *, begun: bool) -> Obligation:
+        """``deliver_now``'s work, and ``submit``'s once it recorded: ``begun``, a row recorded
+        already claimed (``record(claim=True)``), is sent under that claim: clean (it was never
+        sent before), posted by this process, its first part's ``begin()`` a no-op. It goes even
+        if its platform disconnected since: a held row left unsent would wait for the next
+        start; a failed send is resent on schedule."""
         try:
-            if self._begun.pop(row.id, None) == row.fence:
-                outcome = await self._send_begun(row)
+            if begun:
+                self._sending.add(row.id)
+                try:
+                    outcome = await self._send(row, marked=False, poster_alive=True, begun=True)
+                finally:
+                    self._sending.discard(row.id)
             else:
                 outcome = await self._attempt(row)
             if outcome.row is not None:
@@ -262,17 +258,6 @@ class DeliveryLedger:
                     return Outcome(SweepOutcome.SKIPPED)
                 held = claimed
             return await self._send(held, marked=verdict.marked, poster_alive=poster_alive)
-        finally:
-            self._sending.discard(row.id)
-
-    async def _send_begun(self, row: Obligation) -> Outcome:
-        """Send a row ``record(claim=True)`` recorded already claimed: clean (it was never sent
-        before), posted by this process, its first part's ``begin()`` a no-op (the claim is
-        the record's). It goes even if its platform disconnected since: a held row left
-        unsent would wait for the next start; a failed send is resent on schedule."""
-        self._sending.add(row.id)
-        try:
-            return await self._send(row, marked=False, poster_alive=True, begun=True)
         finally:
             self._sending.discard(row.id)
 

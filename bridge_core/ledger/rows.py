@@ -23,7 +23,6 @@ __all__ = [
     "new_row",
     "scope_where",
     "to_obligation",
-    "to_obligation_typed",
 ]
 
 COLUMNS = (
@@ -77,61 +76,11 @@ def decode_refs(stored: str | list[Any]) -> tuple[MessageRef, ...]:
 
 
 def to_obligation(row: Sequence[Any]) -> Obligation:
-    (
-        id_,
-        profile,
-        platform,
-        channel,
-        thread,
-        reply_to,
-        text,
-        chunks,
-        state,
-        attempts,
-        resends,
-        fence,
-        owner,
-        created_at,
-        updated_at,
-        next_attempt_at,
-        last_error,
-        penalty,
-        delivered,
-    ) = row
-    # a one-part reply with nothing delivered yet (most rows a sweep reads) decodes no JSON
-    parts, partials = decode_parts(text, chunks) if chunks else ((text,), ())
-    # Positional: a page of a sweep decodes 500 rows on the writer's thread, and keywords cost
-    # a third more per row than the fields in order.
-    return Obligation(
-        id_,
-        profile,
-        platform,
-        channel,
-        thread,
-        reply_to,
-        text,
-        parts,
-        _STATES.get(state) or State(state),  # State(): the error for an unknown one
-        int(attempts),
-        int(resends),
-        int(fence),
-        owner,
-        float(created_at),
-        float(updated_at),
-        None if next_attempt_at is None else float(next_attempt_at),
-        last_error,
-        bool(penalty),
-        decode_refs(delivered) if delivered else (),
-        partials,
-    )
-
-
-def to_obligation_typed(row: Sequence[Any]) -> Obligation:
-    """``to_obligation`` for a row whose columns come back as their declared types (SQLite's:
-    its ``INTEGER`` and ``REAL`` column affinities store what the ledger writes as integers and
-    floats, and read them back so): no conversion a column. A boot sweep decodes every row it
-    sends through this, on the reader's thread, and that decoding was the largest single holder
-    of the GIL in the sweep (ADR 0172); the conversions were a third of it (ADR 0170)."""
+    """The ``Obligation`` a row of ``COLUMNS`` holds. Both stores give the columns back as
+    their declared types (SQLite by its ``INTEGER`` and ``REAL`` column affinities, PostgreSQL by
+    psycopg's loaders), so no column is converted: a boot sweep decodes every row it sends
+    through this, and the conversions were a third of the largest single holder of the GIL in
+    the SQLite sweep (ADRs 0170, 0172). Positional: keywords cost a third more a row."""
     (
         id_,
         profile,

@@ -27,7 +27,7 @@ from bridge_core.ledger.rows import (
     held_row,
     new_row,
     scope_where,
-    to_obligation_typed,
+    to_obligation,
 )
 from bridge_core.ledger.sqlmerged import (
     ClaimItem,
@@ -267,7 +267,7 @@ class SQLiteLedgerStore:
     async def get(self, obligation_id: str) -> Obligation | None:
         def run(conn: sqlite3.Connection) -> Obligation | None:
             found = conn.execute(f"{_SELECT} WHERE id = ?", (obligation_id,)).fetchone()
-            return None if found is None else to_obligation_typed(found)
+            return None if found is None else to_obligation(found)
 
         row = await self.writer.call(run)
         if row is not None and row.state in _CLAIMABLE_UNHELD:
@@ -291,7 +291,7 @@ class SQLiteLedgerStore:
         def run(conn: sqlite3.Connection) -> list[Obligation]:
             self._live_for_reads.clear()
             found = conn.execute(f"{_SELECT} WHERE {where}", params)
-            return [to_obligation_typed(row) for row in found]
+            return [to_obligation(row) for row in found]
 
         rows = await self._reader.call(run)
         self._remember_all([row for row in rows if row.state in _CLAIMABLE_UNHELD])
@@ -365,7 +365,7 @@ class SQLiteLedgerStore:
                 f"RETURNING {COLUMNS}",
                 (reason, now, obligation_id, fence),
             ).fetchone()
-            return None if found is None else to_obligation_typed(found)
+            return None if found is None else to_obligation(found)
 
         return await self.writer.call(run)
 
@@ -544,7 +544,7 @@ class SQLiteLedgerStore:
             found = conn.execute(
                 f"{_SELECT}{where} ORDER BY created_at DESC, id DESC LIMIT ?", (*params, limit)
             )
-            return [to_obligation_typed(row) for row in found]
+            return [to_obligation(row) for row in found]
 
         return await self.writer.call(run)
 
@@ -558,7 +558,7 @@ class SQLiteLedgerStore:
                 f"owner = NULL WHERE id = ? AND state = 'abandoned' RETURNING {COLUMNS}",
                 (now, now, obligation_id),
             ).fetchone()
-            return None if found is None else to_obligation_typed(found)
+            return None if found is None else to_obligation(found)
 
         return await self.writer.call(run)
 
