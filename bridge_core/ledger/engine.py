@@ -267,7 +267,7 @@ class DeliveryLedger:
         *,
         marked: bool,
         poster_alive: bool = False,
-        sent: list[tuple[Obligation, MessageRef, bool]] | None = None,
+        sent: list[tuple[str, int, MessageRef, bool]] | None = None,
         begun: bool = False,
         first_begin: Callable[[], Awaitable[None]] | None = None,
         via: Deliver | None = None,
@@ -276,11 +276,11 @@ class DeliveryLedger:
         first part's ``begin()`` makes; the later parts go out under the same claim (with
         ``deliver_begins``, each later part's ``begin()`` proves it still holds).
 
-        With ``sent`` (a batched sweep), the last part's settle is left to the caller: the row,
-        its ref and ``marked`` go to ``sent`` and the outcome is ``SENT``. ``begun``: the row
-        was claimed by its record, and its first part's ``begin()`` proves nothing more, or
-        runs ``first_begin`` (the record's commit awaited, ADR 0164). ``via``: the delivery
-        function in place of the ledger's."""
+        With ``sent`` (a batched sweep), the last part's settle is left to the caller: the
+        row's id and fence, its ref and ``marked`` go to ``sent`` and the outcome is ``SENT``.
+        ``begun``: the row was claimed by its record, and its first part's ``begin()`` proves
+        nothing more, or runs ``first_begin`` (the record's commit awaited, ADR 0164). ``via``:
+        the delivery function in place of the ledger's."""
         claim = held if isinstance(held, ClaimOnBegin) else None
         row = held.row if isinstance(held, ClaimOnBegin) else held
         first = len(row.delivered)
@@ -323,7 +323,7 @@ class DeliveryLedger:
             if part + 1 < parts:
                 current = await self.store.progress(row.id, fence=row.fence, ref=ref, now=now)
             elif sent is not None:
-                sent.append((row, ref, marked))
+                sent.append((row.id, row.fence, ref, marked))
                 return SENT
             else:
                 current = await self.store.settle(

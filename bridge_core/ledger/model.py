@@ -253,9 +253,11 @@ def part_delivery(
     claim_on_begin: Callable[[], Awaitable[None]] | None,
     poster_alive: bool,
 ) -> Delivery:
-    """Part ``part`` of ``row`` as a delivery. ``claims``: 1 when the claim this send belongs to
-    is still to be made (in ``begin()``: it bumps the fence and the attempts by one, so these
-    are the claim's before it is made), 0 when the row as given is the claim's. Positional
+    """Part ``part`` of ``row`` as a delivery. ``claims``: 1 when ``row`` is as it was before
+    the claim this send belongs to (a claim still to be made in ``begin()``, or one a sweep
+    made of the row as read, ADR 0176): a claim bumps the fence and the attempts by one and
+    changes nothing else a delivery carries, so these are the claim's. 0 when the row as given
+    is the claim's. Positional
     arguments, and Delivery built positionally: fifteen keywords cost twice the call, once a
     part of every reply and of every row a sweep sends."""
     return Delivery(

@@ -331,6 +331,40 @@ class SQLiteLedgerStore:
         self._remember_all([row for row in claimed if row is not None])
         return claimed
 
+    async def claim_read(
+        self, rows: Sequence[Obligation], *, now: float
+    ) -> list[Obligation | bool | None]:
+        """``claim_many`` of rows as a page read them, for a sweep (ADR 0176): each row is its
+        own compare-and-swap on the fence it was read with, as there. A row read ``pending``
+        or ``failed`` cannot change without its fence moving (only its holder changes an
+        attempting row in place), so its claim also binds the ``created_at`` read and comes
+        back ``True``: claimed, and the row after the claim is ``claimed_row(row, row.fence,
+        owner, now)``, which the caller builds only if it needs it (nothing of it is built or
+        remembered here). A row read ``attempting`` comes back as the row the claim left, or
+        ``None`` (as every row not claimed)."""
+        items: list[ClaimItem] = []
+        forget = self._known.pop
+        for row in rows:
+            forget(row.id, None)  # its fence moves: what was remembered of it is spent
+            items.append(
+                (
+                    row.id,
+                    row.fence,
+                    now,
+                    row.created_at if row.state in _CLAIMABLE_UNHELD else None,
+                )
+            )
+        results = await self.writer.call_merged_many(self._claims, items)
+        claimed: list[Obligation | bool | None] = []
+        for result in results:
+            if result is True or result is None:  # nearly every row: True
+                claimed.append(result)
+            elif result is False:
+                claimed.append(None)
+            else:  # read attempting, and its claim's row is what came back
+                claimed.append(self._remember(result))
+        return claimed
+
     def _claim_item(
         self, obligation_id: str, fence: int, now: float
     ) -> tuple[ClaimItem, Obligation | None]:

@@ -29,6 +29,7 @@ import anyio.lowlevel
 from bridge_core.ledger.frozen import quick_init
 from bridge_core.ledger.model import ClaimLost, Obligation, part_delivery
 from bridge_core.ledger.report import SweepReport
+from bridge_core.ledger.rows import claimed_row
 from bridge_core.ledger.schedule import Abandon, marker_for, verdict_at_claim
 from bridge_core.ledger.store import Scope
 from bridge_core.provider import MessageRef, ProviderError
@@ -58,7 +59,13 @@ class Outcome:
     row: Obligation | None = None  # the row as it ended, when known
 
 
-Ready = tuple[Obligation, bool, bool]  # a claimed row, whether it is marked, poster alive
+Ready = tuple[Obligation, bool, bool, float | None]
+"""A claimed row, whether it is marked, whether its poster is alive, and the time of its claim
+when the row is as read before it (the store claimed it as read, ``claim_read``; ``None``: the
+row is the claim's own)."""
+Sent = tuple[str, int, MessageRef, bool]
+"""A row whose last part went out, to settle: its id, the fence it is held at, the last
+part's ref, whether it was marked."""
 # the last part went out and the caller settles it (a batched sweep): told apart by identity
 SENT = Outcome(SweepOutcome.DELIVERED)
 
@@ -75,23 +82,27 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     next start, labelled as a possible duplicate, as a row claimed just before its send is.
     """
     counts = dict.fromkeys(SweepReport.__slots__, 0)
-    sent: list[tuple[Obligation, MessageRef, bool]] = []  # last part sent, not yet settled
+    sent: list[Sent] = []  # last part sent, not yet settled
     size = max(1, scope.limit // 2)
     unclaimed: deque[Obligation] = deque()  # read, not yet looked at
     ready: list[Ready] = []  # claimed by the last commit: sent while the next one runs
-    held: list[Obligation | None] = []
+    held: list[Obligation | bool | None] = []
+    # Rows claimed as read (ADR 0176): the claimed row is built only when a send needs more
+    # than its delivery (a failure, later parts), so nearly every row is built once, when read.
+    claim_read = getattr(ledger.store, "claim_read", None)
+    owner = ledger.store.owner
 
-    async def settle(done: list[tuple[Obligation, MessageRef, bool]]) -> None:
+    async def settle(done: list[Sent]) -> None:
         try:
             rows = await ledger.store.mark_delivered(
-                [(row.id, row.fence, ref) for row, ref, _ in done], now=ledger._clock()
+                [(oid, fence, ref) for oid, fence, ref, _ in done], now=ledger._clock()
             )
         finally:
-            for row, _, _ in done:
-                ledger._sending.discard(row.id)
-        for (row, _, marked), settled in zip(done, rows, strict=True):
+            for oid, _, _, _ in done:
+                ledger._sending.discard(oid)
+        for (oid, _, _, marked), settled in zip(done, rows, strict=True):
             if not settled:
-                log.warning("ledger: %s was taken over during its send; stopping", row.id)
+                log.warning("ledger: %s was taken over during its send; stopping", oid)
             counts["delivered" if settled else "skipped"] += 1
             counts["claimed"] += 1
             counts["marked"] += marked
@@ -110,27 +121,32 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
         unclaimed.extend(page)
         cursor[0] = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
 
-    async def claim(items: list[tuple[str, int]], now: float) -> None:
-        held[:] = await ledger.store.claim_many(items, now=now)
+    async def claim(rows: list[Obligation], now: float) -> None:
+        if claim_read is not None:
+            held[:] = await claim_read(rows, now=now)
+        else:
+            held[:] = await ledger.store.claim_many([(row.id, row.fence) for row in rows], now=now)
 
     async def work(todo: Iterator[Ready], group: anyio.abc.TaskGroup, left: int) -> None:
         deliver = ledger._deliver
-        for claimed, marked, poster_alive in todo:
+        for row, marked, poster_alive, claimed_at in todo:
             if left:  # the next worker starts when this one first waits (if it does)
                 group.start_soon(work, todo, group, left - 1)
                 left = 0
-            part = len(claimed.delivered)
-            parts = len(claimed.chunks)
+            part = len(row.delivered)
+            parts = len(row.chunks)
+            read = claimed_at is not None  # ``row`` as read, before its claim
             try:
                 if part + 1 == parts:
                     # One part left (nearly every row): ``_send``'s steps for it, without its
                     # generality (a claim at the turn, later parts' progress), to a ref that is
-                    # settled with the next commit. Claimed already: no claim in begin().
+                    # settled with the next commit. Claimed already: no claim in begin(). A row
+                    # as read goes out with its claim's fence and attempt (one more of each).
                     delivery = part_delivery(
-                        claimed,
+                        row,
                         part,
                         marker_for(first_part=part) if marked else None,
-                        0,
+                        read,
                         None,
                         poster_alive,
                     )
@@ -141,22 +157,26 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     except Exception as error:
                         if not isinstance(error, ProviderError):  # unclassified: transient
                             log.exception(
-                                "ledger: delivery of %s raised a non-provider error", claimed.id
+                                "ledger: delivery of %s raised a non-provider error", row.id
                             )
-                        outcome = await ledger._failed(claimed, error, marked)
+                        if claimed_at is not None:
+                            row = claimed_row(row, row.fence, owner, claimed_at)
+                        outcome = await ledger._failed(row, error, marked)
                     else:
-                        sent.append((claimed, ref, marked))
+                        sent.append((row.id, row.fence + read, ref, marked))
                         continue  # settled with the next commit
                 else:  # several parts: each but the last commits its progress before the next
+                    if claimed_at is not None:
+                        row = claimed_row(row, row.fence, owner, claimed_at)
                     outcome = await ledger._send(
-                        claimed, marked=marked, poster_alive=poster_alive, sent=sent
+                        row, marked=marked, poster_alive=poster_alive, sent=sent
                     )
                     if outcome is SENT:
                         continue  # settled with the next commit
             except BaseException:
-                ledger._sending.discard(claimed.id)
+                ledger._sending.discard(row.id)
                 raise
-            ledger._sending.discard(claimed.id)
+            ledger._sending.discard(row.id)
             counts[outcome.kind] += 1
             counts["claimed"] += outcome.kind is not SweepOutcome.SKIPPED
             counts["marked"] += outcome.marked
@@ -166,7 +186,7 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     cursor: list[tuple[float, str] | None] = [
         (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
     ]
-    claims: list[tuple[Obligation, bool, bool]] = []  # row, marked, poster alive
+    claims: list[tuple[Obligation, bool, bool]] = []  # row as read, marked, poster alive
     todo: Iterator[Ready] = iter(())
     sending = ledger._sending
     schedule = ledger.schedule
@@ -213,7 +233,7 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                 if after is not None:
                     group.start_soon(read, after)
                 if claims:
-                    group.start_soon(claim, [(row.id, row.fence) for row, _, _ in claims], now)
+                    group.start_soon(claim, [row for row, _, _ in claims], now)
                 if ready:
                     await anyio.lowlevel.checkpoint()
                     await anyio.lowlevel.checkpoint()
@@ -222,21 +242,23 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     async with anyio.create_task_group() as senders:
                         senders.start_soon(work, todo, senders, ledger.schedule.concurrency - 1)
             for (row, marked, poster_alive), claimed in zip(claims, held, strict=True):
-                if claimed is None:
+                if claimed is True:  # claimed as read
+                    ready.append((row, marked, poster_alive, now))
+                elif claimed is None or claimed is False:
                     ledger._sending.discard(row.id)
                     counts["skipped"] += 1
                 else:
-                    ready.append((claimed, marked, poster_alive))
+                    ready.append((claimed, marked, poster_alive, None))
             claims = []
     finally:
         # cancelled or failed: rows claimed, sent but not settled, or never sent, are not being
         # sent now (a claimed row left unsent is resent, labelled, by the next sweep or start)
         for row, _, _ in claims:
             ledger._sending.discard(row.id)
-        for claimed, _, _ in (*ready, *todo):  # claimed, never started
+        for claimed, _, _, _ in (*ready, *todo):  # claimed, never started
             ledger._sending.discard(claimed.id)
-        for row, _, _ in sent:
-            ledger._sending.discard(row.id)
+        for oid, _, _, _ in sent:
+            ledger._sending.discard(oid)
     return SweepReport(**counts)
 
 
