@@ -20,6 +20,7 @@ __all__ = [
     "encode_refs",
     "filters_sql",
     "held_row",
+    "in_page_order",
     "new_row",
     "scope_where",
     "to_obligation",
@@ -204,6 +205,18 @@ def scope_where(
         params += [scope.after[0], scope.after[1]]
     params.append(scope.limit)
     return " AND ".join(clauses) + f" ORDER BY created_at, id LIMIT {ph}", params
+
+
+def in_page_order(rows: Sequence[Obligation]) -> bool:
+    """Whether ``rows`` are in the order ``scope_where`` asks for: ``(created_at, id)``,
+    ascending (Python orders floats and strings as SQLite does REALs and BINARY texts)."""
+    last: tuple[float, str] | None = None
+    for row in rows:
+        key = (row.created_at, row.id)
+        if last is not None and key < last:
+            return False
+        last = key
+    return True
 
 
 def filters_sql(

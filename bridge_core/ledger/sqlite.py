@@ -25,6 +25,7 @@ from bridge_core.ledger.rows import (
     decode_refs,
     filters_sql,
     held_row,
+    in_page_order,
     new_row,
     scope_where,
     to_obligation,
@@ -40,7 +41,7 @@ from bridge_core.ledger.sqlmerged import (
     MergedHeldUpdates,
     MergedRecords,
 )
-from bridge_core.ledger.sqlreader import SQLiteReader
+from bridge_core.ledger.sqlreader import SQLiteReader, TakenRows
 from bridge_core.ledger.sqlwriter import SQLiteWriter
 from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
 from bridge_core.provider import MessageRef
@@ -149,6 +150,7 @@ class SQLiteLedgerStore:
         _setup(conn)
         # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
         conn.create_function("owner_alive", 1, self._alive, deterministic=False)
+        TakenRows(conn)  # the reader's functions on both connections: either runs its reads
 
     def _setup_reader(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA busy_timeout = 10000")
@@ -156,6 +158,7 @@ class SQLiteLedgerStore:
         conn.create_function(
             "owner_alive", 1, lambda owner: self._alive(owner, self._live_for_reads)
         )
+        self._taken = TakenRows(conn)
 
     def now(self) -> float:
         return time.time()  # a SQLite ledger belongs to one host: its clock is the store's
@@ -290,8 +293,11 @@ class SQLiteLedgerStore:
 
         def run(conn: sqlite3.Connection) -> list[Obligation]:
             self._live_for_reads.clear()
-            found = conn.execute(f"{_SELECT} WHERE {where}", params)
-            return [to_obligation(row) for row in found]
+            found = self._taken.read(conn, COLUMNS, f"FROM ledger WHERE {where}", params)
+            rows = [to_obligation(row) for row in found]
+            if not in_page_order(rows):  # SQLite does not promise it; it keeps the subquery's
+                rows.sort(key=lambda row: (row.created_at, row.id))
+            return rows
 
         rows = await self._reader.call(run)
         self._remember_all([row for row in rows if row.state in _CLAIMABLE_UNHELD])
