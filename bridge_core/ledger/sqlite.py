@@ -42,72 +42,12 @@ from bridge_core.ledger.sqlmerged import (
     MergedRecords,
 )
 from bridge_core.ledger.sqlreader import SQLiteReader, TakenRows
+from bridge_core.ledger.sqlschema import OPEN_SQL, SCHEMA, configure_connection, setup_connection
 from bridge_core.ledger.sqlwriter import SQLiteWriter
 from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
 from bridge_core.provider import MessageRef
 
 __all__ = ["OPEN_SQL", "SCHEMA", "SQLiteLedgerStore", "configure_connection"]
-
-OPEN_SQL = "state = 'pending' OR state = 'attempting' OR state = 'failed'"
-"""``ledger_open_rows``'s condition as written there: the planner uses a partial index only for
-a query that states its condition."""
-
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS ledger (
-    id TEXT PRIMARY KEY,
-    profile TEXT NOT NULL,
-    platform TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    thread TEXT,
-    reply_to TEXT,
-    text TEXT NOT NULL,
-    chunks TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    resends INTEGER NOT NULL DEFAULT 0,
-    fence INTEGER NOT NULL DEFAULT 0,
-    owner TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    next_attempt_at REAL,
-    last_error TEXT,
-    penalty INTEGER NOT NULL DEFAULT 0,
-    delivered TEXT NOT NULL DEFAULT ''
-) WITHOUT ROWID;
--- The open rows, oldest first, for sweeps. Its condition is written as equalities: SQLite
--- evaluates a partial index's condition for the old and the new row of every update that sets
--- ``state``, and an IN list of three builds a temporary table each time (about 0.8 us a row
--- of a claim or a settle, ADR 0134). ``ledger_open``, the IN-list form, is dropped once.
-DROP INDEX IF EXISTS ledger_open;
-CREATE INDEX IF NOT EXISTS ledger_open_rows ON ledger (created_at, id)
-    WHERE {OPEN_SQL};
--- Only delivered rows, for pruning: a claim or a failed send changes no entry of it (an index
--- on (state, updated_at) cost two entry changes per statement, and sweeps picked it over
--- the open rows' index and sorted every open row for every page).
-DROP INDEX IF EXISTS ledger_state_updated;
-CREATE INDEX IF NOT EXISTS ledger_delivered ON ledger (updated_at) WHERE state = 'delivered';
-CREATE TABLE IF NOT EXISTS kv (
-    namespace TEXT NOT NULL,
-    key TEXT NOT NULL,
-    value BLOB NOT NULL,
-    PRIMARY KEY (namespace, key)
-) WITHOUT ROWID;
-"""
-
-
-def configure_connection(conn: sqlite3.Connection) -> None:
-    """WAL, ``synchronous=FULL``, a generous busy timeout (the CLI shares the file)."""
-    conn.execute("PRAGMA busy_timeout = 10000")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-    if str(mode).lower() != "wal":
-        raise LedgerError(f"could not put the ledger file in WAL mode (got {mode!r})")
-    conn.execute("PRAGMA synchronous = FULL")
-
-
-def _setup(conn: sqlite3.Connection) -> None:
-    configure_connection(conn)
-    conn.executescript(SCHEMA)
-
 
 _OPEN_STATES = tuple(state.value for state in CLAIMABLE_STATES)
 _CLAIMABLE_UNHELD = frozenset({State.PENDING, State.FAILED})
@@ -147,7 +87,7 @@ class SQLiteLedgerStore:
         return self._owner
 
     def _setup(self, conn: sqlite3.Connection) -> None:
-        _setup(conn)
+        setup_connection(conn)
         # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
         conn.create_function("owner_alive", 1, self._alive, deterministic=False)
         TakenRows(conn)  # the reader's functions on both connections: either runs its reads
