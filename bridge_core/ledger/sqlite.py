@@ -15,6 +15,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Literal
 
 from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
@@ -90,7 +91,9 @@ class SQLiteLedgerStore:
         setup_connection(conn)
         # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
         conn.create_function("owner_alive", 1, self._alive, deterministic=False)
-        TakenRows(conn)  # the reader's functions on both connections: either runs its reads
+        # take_row on the writer too, so a page read's statement can be planned here (EXPLAIN);
+        # the reads themselves run on the reader's connection, through its own TakenRows
+        TakenRows(conn)
 
     def _setup_reader(self, conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA busy_timeout = 10000")
@@ -279,7 +282,7 @@ class SQLiteLedgerStore:
 
     async def claim_read(
         self, rows: Sequence[Obligation], *, now: float
-    ) -> list[Obligation | bool | None]:
+    ) -> list[Obligation | Literal[True] | None]:
         """``claim_many`` of rows as a page read them, for a sweep (ADR 0176): each row is its
         own compare-and-swap on the fence it was read with, as there. A row read ``pending``
         or ``failed`` cannot change without its fence moving (only its holder changes an
@@ -301,7 +304,7 @@ class SQLiteLedgerStore:
                 )
             )
         results = await self.writer.call_merged_many(self._claims, items)
-        claimed: list[Obligation | bool | None] = []
+        claimed: list[Obligation | Literal[True] | None] = []
         for result in results:
             if result is True or result is None:  # nearly every row: True
                 claimed.append(result)

@@ -67,10 +67,13 @@ class SQLiteReader:
 
 
 class TakenRows:
-    """``take_row``, the SQL function that ``read`` hands rows over through, on one connection
-    (made by the connection's setup; a connection is used by one thread at a time)."""
+    """``take_row``, the SQL function that ``read`` hands rows over through, on the one
+    connection it was made for (by that connection's setup; a connection is used by one thread
+    at a time). Its rows reach only this object, so ``read`` refuses any other connection: one
+    would run its own ``take_row`` (or none) and the read would come back empty."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
         self._rows: list[tuple[Any, ...]] = []
         conn.create_function("take_row", -1, self._take)
 
@@ -85,6 +88,8 @@ class TakenRows:
         query calls once a row (an aggregate over a subquery with a ``LIMIT`` is not flattened,
         so it sees the subquery's rows in its order). The values are those ``fetchall`` gives
         (integers, floats, strings, bytes, ``None``), converted by the same sqlite3 code."""
+        if conn is not self._conn:
+            raise ValueError("TakenRows.read: this connection's take_row is not this object's")
         found: list[tuple[Any, ...]] = []
         self._rows = found
         try:

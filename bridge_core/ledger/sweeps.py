@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import anyio.abc
@@ -86,7 +86,7 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     size = max(1, scope.limit // 2)
     unclaimed: deque[Obligation] = deque()  # read, not yet looked at
     ready: list[Ready] = []  # claimed by the last commit: sent while the next one runs
-    held: list[Obligation | bool | None] = []
+    held: list[Obligation | Literal[True] | None] = []
     # Rows claimed as read (ADR 0176): the claimed row is built only when a send needs more
     # than its delivery (a failure, later parts), so nearly every row is built once, when read.
     claim_read = getattr(ledger.store, "claim_read", None)
@@ -244,7 +244,7 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
             for (row, marked, poster_alive), claimed in zip(claims, held, strict=True):
                 if claimed is True:  # claimed as read
                     ready.append((row, marked, poster_alive, now))
-                elif claimed is None or claimed is False:
+                elif claimed is None:
                     ledger._sending.discard(row.id)
                     counts["skipped"] += 1
                 else:

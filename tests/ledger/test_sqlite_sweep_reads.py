@@ -13,6 +13,7 @@ from bridge_core.ledger import Obligation, Reply, State
 from bridge_core.ledger.owner import Owner
 from bridge_core.ledger.rows import COLUMNS, claimed_row, in_page_order, to_obligation
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
+from bridge_core.ledger.sqlreader import TakenRows
 from bridge_core.ledger.store import CLAIMABLE_STATES, Scope
 from bridge_core.provider import MessageRef
 
@@ -190,3 +191,21 @@ async def test_a_row_recorded_again_at_the_fence_read_is_not_claimed_as_read(
         assert await store.claim_read([again], now=3.0) == [True]
     finally:
         await store.aclose()
+
+
+def test_a_read_on_another_connection_is_refused_not_empty(tmp_path: Path) -> None:
+    # take_row's rows reach only the object made for its connection: a read through another
+    # connection would come back empty, which a sweep would take for "nothing to send".
+    path = tmp_path / "rows.db"
+    own, other = sqlite3.connect(path, isolation_level=None), sqlite3.connect(path)
+    try:
+        own.execute("CREATE TABLE ledger (id TEXT)")
+        own.execute("INSERT INTO ledger VALUES ('a')")
+        taken = TakenRows(own)
+        TakenRows(other)
+        assert taken.read(own, "id", "FROM ledger WHERE id = ?", ("a",)) == [("a",)]
+        with pytest.raises(ValueError, match="not this object's"):
+            taken.read(other, "id", "FROM ledger WHERE id = ?", ("a",))
+    finally:
+        own.close()
+        other.close()
