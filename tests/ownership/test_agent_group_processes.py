@@ -126,7 +126,11 @@ class Group:
         while not all(w.joined() for w in self.current.values()) and time.monotonic() < deadline:
             time.sleep(0.05)
         t0 = time.monotonic() + 0.2
-        self.schedule.write_text(repr(t0))  # the plans start now (monotonic is system-wide)
+        # the plans start now (monotonic is system-wide); written aside and renamed into place,
+        # because a worker polls for the file and would otherwise read it before it is written
+        written = self.schedule.with_suffix(".tmp")
+        written.write_text(repr(t0))
+        written.replace(self.schedule)
         return t0 + self.plan[-1]["at"]
 
     def chaos_until(self, end: float) -> None:
