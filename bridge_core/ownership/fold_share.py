@@ -127,16 +127,24 @@ class FoldShare:
     def _fold(self, view: GroupView, records: Sequence[LogRecord]) -> None:
         members = self._members
         self.recent.remember(records)
+        # each member's turns of these records, in log order, handed over once they are folded
+        routed: dict[str, list[Turn]] = {}
         for record in records:
             self.cursor = record.seq
             for turn, owner in view.apply_routed(record):
-                registered = members.get(owner)
-                if registered is not None:
-                    registered.deliver([turn])
+                turns = routed.get(owner)
+                if turns is None:
+                    routed[owner] = [turn]
+                else:
+                    turns.append(turn)
             if isinstance(record, Leave):
                 registered = members.get(record.member)
                 if registered is not None:
                     registered.left = True
+        for owner, turns in routed.items():
+            registered = members.get(owner)
+            if registered is not None:
+                registered.deliver(turns)
 
 
 class SharedMemberView:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import anyio
@@ -96,6 +97,17 @@ _TURN_COLUMNS = ("conversation", "message_id", "author", "body", "thread")
 _FRAME_COLUMNS = ("conversation", "answers_seq", "member", "obligation")
 
 
+@lru_cache(maxsize=16)
+def _seen_sql(ids: int) -> str:
+    """Record ``ids`` message ids as seen (channel ``?1``, time ``?2``), returning the ones that
+    were not seen before."""
+    values = ", ".join(f"(?1, ?{3 + i}, ?2)" for i in range(ids))
+    return (
+        f"INSERT INTO log_seen (channel, message_id, seen_at) VALUES {values} "
+        "ON CONFLICT DO NOTHING RETURNING message_id"
+    )
+
+
 def _record(row: tuple[Any, ...]) -> LogRecord:
     (seq, channel, kind, at, conv, message_id, author, body, thread) = row[:9]
     (answers_seq, member, obligation, since, reason) = row[9:]
@@ -128,7 +140,7 @@ class _Admission:
     @staticmethod
     def many(tx: LogTx, ops: Sequence[_Admission]) -> list[Turn | None]:
         """Admit each of ``ops`` in order: a message id already seen, in the log or earlier in
-        ``ops``, gives ``None``; every other gets its turn. Four statements for the lot."""
+        ``ops``, gives ``None``; every other gets its turn. Three statements for the lot."""
         log, conn, channel = ops[0].log, tx.conn, tx.channel
         now = tx.now()
         if any(op.prune for op in ops):
@@ -139,50 +151,36 @@ class _Admission:
             )
             tx.pruned = True
         ids = [op.message.message_id for op in ops]
-        seen: set[str] = set()
+        # the dedup check and the record of the id in one statement: the ids it inserted are
+        # the new ones (under the write lock nobody else inserts; an id repeated in ``ops``
+        # conflicts with its first sighting and is not returned again)
+        new: set[str] = set()
         for start in range(0, len(ids), _IDS_PER_STATEMENT):
             asked = ids[start : start + _IDS_PER_STATEMENT]
-            marks = ", ".join("?" * len(asked))
-            seen.update(
-                row[0]
-                for row in conn.execute(
-                    "SELECT message_id FROM log_seen WHERE channel = ? AND message_id IN "
-                    f"({marks})",
-                    (channel, *asked),
-                )
+            new.update(
+                row[0] for row in conn.execute(_seen_sql(len(asked)), (channel, now, *asked))
             )
-        fresh: list[int] = []  # indexes into ops of the first sighting of each new id
-        for index, message_id in enumerate(ids):
-            if message_id not in seen:
-                seen.add(message_id)
-                fresh.append(index)
         out: list[Turn | None] = [None] * len(ops)
-        if not fresh:
+        if not new:
             return out
-        for start in range(0, len(fresh), _IDS_PER_STATEMENT):
-            new = fresh[start : start + _IDS_PER_STATEMENT]
-            values: list[Any] = []
-            for index in new:
-                values += (channel, ids[index], now)
-            # plain INSERT: under the write lock an id the SELECT did not find is not there
-            conn.execute(
-                "INSERT INTO log_seen (channel, message_id, seen_at) VALUES "
-                + ", ".join(["(?, ?, ?)"] * len(new)),
-                values,
-            )
-        rows = []
-        for index in fresh:
-            message = ops[index].message
-            rows.append(
-                (ops[index].conversation, message.message_id, message.author, message.text,
-                 message.thread)
-            )  # fmt: skip
+        fresh: list[int] = []  # indexes into ops of the first sighting of each new id
+        rows: list[tuple[Any, ...]] = []
+        for index, op in enumerate(ops):
+            message = op.message
+            if message.message_id in new:
+                new.discard(message.message_id)  # a later sighting is a duplicate
+                fresh.append(index)
+                rows.append(
+                    (op.conversation, message.message_id, message.author, message.text,
+                     message.thread)
+                )  # fmt: skip
         stamped = tx.insert_many("turn", _TURN_COLUMNS, rows)
+        created = tx.created
         for index, (seq, at), row in zip(fresh, stamped, rows, strict=True):
             turn = Turn(channel, row[0], seq, at, row[1], row[2], row[3], row[4])
             out[index] = turn
-            tx.created.append(turn)
-            tx.count("admitted")
+            created.append(turn)
+        tx.count("admitted", len(rows))
         return out
 
 
@@ -205,10 +203,9 @@ class _Answer:
         rows = [(op.turn.conversation, op.turn.seq, op.member, op.obligation) for op in ops]
         out = []
         for row, (seq, at) in zip(rows, tx.insert_many("frame", _FRAME_COLUMNS, rows), strict=True):
-            frame = Frame(tx.channel, row[0], seq, at, row[1], row[2], row[3])
-            out.append(frame)
-            tx.created.append(frame)
-            tx.count("answered")
+            out.append(Frame(tx.channel, row[0], seq, at, row[1], row[2], row[3]))
+        tx.created += out
+        tx.count("answered", len(out))
         return out
 
 
