@@ -506,10 +506,23 @@ class AgentGroupMember:
                 return
 
     async def _follow_share(self, share: FoldShare, member: str) -> None:
-        """Follow the log for the shared fold: whichever member reads a record first folds it
-        for all of them (``FoldShare.advance`` skips what is folded already)."""
+        """Follow the log for the shared fold: one member of the share at a time reads and
+        folds for all of them; the others wait for it to stop, or for their own leave."""
+        try:
+            await self._follow_share_reading(share, member)
+        finally:
+            share.stop_reading(member)
+
+    async def _follow_share_reading(self, share: FoldShare, member: str) -> None:
         backoff = 0.05
         while not self._finished:
+            if share.has_left(member):
+                self._expelled = not self._stopping
+                self._finish()
+                return
+            if not share.reads(member):
+                await share.wait_for_change()
+                continue
             try:
                 records = await self.log.read(after_seq=share.cursor, wait=self.follow_wait)
             except Exception as error:
@@ -520,7 +533,3 @@ class AgentGroupMember:
                 continue
             backoff = 0.05
             share.advance(records)
-            if share.has_left(member):
-                self._expelled = not self._stopping
-                self._finish()
-                return

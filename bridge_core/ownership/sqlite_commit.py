@@ -17,7 +17,7 @@ import queue
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any, Protocol, TypeVar
@@ -291,19 +291,22 @@ class LogWriter:
         self._thread = threading.Thread(target=self._run, name="bridge-log-writer", daemon=True)
         self._thread.start()
 
-    async def submit(self, op: Callable[[LogTx], T]) -> T:
+    def submit(self, op: Callable[[LogTx], T]) -> Awaitable[T]:
+        """Queue ``op``; await what this returns for its result, once its commit is known.
+
+        The commit happens whether or not the caller still waits for it (as it did when the
+        first waiting caller committed for everyone, shielded). On asyncio the awaitable is
+        the write's own future, so a write costs no coroutine of its own (ADR 0178).
+        """
         if self._closed:
             raise LogUnavailable("the conversation log is closed")
         try:
             loop = asyncio.get_running_loop()  # what anyio's token holds, cheaper
         except RuntimeError:
-            return await self._submit_trio(op)
-        write = _Write(op, loop.create_future())
-        self._gathered(loop).writes.append(write)
-        # the commit happens whether or not this caller still waits for it (as it did when
-        # the first waiting caller committed for everyone, shielded)
-        result: T = await write.waiter  # type: ignore[misc]  # set just above
-        return result
+            return self._submit_trio(op)
+        waiter: asyncio.Future[T] = loop.create_future()
+        self._gathered(loop).writes.append(_Write(op, waiter))
+        return waiter
 
     async def _submit_trio(self, op: Callable[[LogTx], T]) -> T:
         native = anyio.lowlevel.current_token().native_token
@@ -351,11 +354,8 @@ class LogWriter:
                     return
                 groups: list[_Group] = [first]
                 stopping = False
-                while True:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
+                while not self._queue.empty():  # nobody else takes from it
+                    more = self._queue.get_nowait()
                     if more is _STOP:
                         stopping = True
                         break

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -300,8 +300,8 @@ class SqliteConversationLog:
         """Transactions committed by this handle's writer."""
         return self._writer.commits
 
-    async def _submit(self, op: Callable[[LogTx], T]) -> T:
-        return await self._writer.submit(op)
+    def _submit(self, op: Callable[[LogTx], T]) -> Awaitable[T]:
+        return self._writer.submit(op)
 
     def _committed(self, tx: LogTx | None, now: float) -> None:
         if tx is not None and tx.pruned:
