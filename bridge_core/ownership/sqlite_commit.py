@@ -50,6 +50,15 @@ _LOAD = (
 Soon = Callable[[Callable[[], object]], object]
 
 
+@lru_cache(maxsize=8)
+def _count_sql(column: str) -> str:
+    """Add to one of the channel's counters (the same text each time, not built per commit)."""
+    return (
+        f"INSERT INTO log_counters (channel, {column}) VALUES (?, ?) "
+        f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + excluded.{column}"
+    )
+
+
 @lru_cache(maxsize=64)
 def _insert_many_sql(names: tuple[str, ...], rows: int) -> str:
     """``INSERT`` of ``rows`` records: channel and kind bound once (``?1``, ``?2``), then each
@@ -165,11 +174,7 @@ class LogTx:
         self.counts.clear()
 
     def _add(self, column: str, n: int) -> None:
-        self.conn.execute(
-            f"INSERT INTO log_counters (channel, {column}) VALUES (?, ?) "
-            f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + excluded.{column}",
-            (self.channel, n),
-        )
+        self.conn.execute(_count_sql(column), (self.channel, n))
 
 
 @dataclass(eq=False, slots=True)

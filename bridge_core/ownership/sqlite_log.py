@@ -99,13 +99,14 @@ _FRAME_COLUMNS = ("conversation", "answers_seq", "member", "obligation")
 
 @lru_cache(maxsize=16)
 def _seen_sql(ids: int) -> str:
-    """Record ``ids`` message ids as seen (channel ``?1``, time ``?2``), returning the ones that
-    were not seen before."""
+    """Record ``ids`` message ids as seen (channel ``?1``, time ``?2``); an id seen before is
+    left as it is (the statement's row count tells how many were new)."""
     values = ", ".join(f"(?1, ?{3 + i}, ?2)" for i in range(ids))
-    return (
-        f"INSERT INTO log_seen (channel, message_id, seen_at) VALUES {values} "
-        "ON CONFLICT DO NOTHING RETURNING message_id"
-    )
+    return f"INSERT OR IGNORE INTO log_seen (channel, message_id, seen_at) VALUES {values}"
+
+
+class _SeenBefore(Exception):
+    """A merged run of admissions met an id seen before (see ``_Admission.many``)."""
 
 
 def _record(row: tuple[Any, ...]) -> LogRecord:
@@ -140,7 +141,13 @@ class _Admission:
     @staticmethod
     def many(tx: LogTx, ops: Sequence[_Admission]) -> list[Turn | None]:
         """Admit each of ``ops`` in order: a message id already seen, in the log or earlier in
-        ``ops``, gives ``None``; every other gets its turn. Three statements for the lot."""
+        ``ops``, gives ``None``; every other gets its turn. Three statements for the lot (the
+        check and record of the ids, the turns, the counters).
+
+        A run that meets an id the log has seen raises ``_SeenBefore``: the batch is then
+        committed the careful way, one admission at a time, where a single id's row count
+        says whether it is new (replays are rare; a merged batch of fresh ids is the rule).
+        """
         log, conn, channel = ops[0].log, tx.conn, tx.channel
         now = tx.now()
         if any(op.prune for op in ops):
@@ -151,24 +158,27 @@ class _Admission:
             )
             tx.pruned = True
         ids = [op.message.message_id for op in ops]
-        # the dedup check and the record of the id in one statement: the ids it inserted are
-        # the new ones (under the write lock nobody else inserts; an id repeated in ``ops``
-        # conflicts with its first sighting and is not returned again)
-        new: set[str] = set()
+        # the dedup check and the record of the ids in one statement: under the write lock
+        # nobody else inserts, so the ids are all new exactly when it inserted one row for
+        # each distinct id (a repeat in ``ops`` conflicts with its first sighting)
+        inserted = 0
         for start in range(0, len(ids), _IDS_PER_STATEMENT):
             asked = ids[start : start + _IDS_PER_STATEMENT]
-            new.update(
-                row[0] for row in conn.execute(_seen_sql(len(asked)), (channel, now, *asked))
-            )
+            inserted += conn.execute(_seen_sql(len(asked)), (channel, now, *asked)).rowcount
+        if inserted == 0 and len(ops) == 1:
+            return [None]
+        if inserted != len(set(ids)):
+            # some id was seen before: which one is told admission by admission, on the
+            # careful path (one savepoint each), where this batch is sent again
+            raise _SeenBefore
         out: list[Turn | None] = [None] * len(ops)
-        if not new:
-            return out
-        fresh: list[int] = []  # indexes into ops of the first sighting of each new id
+        fresh: list[int] = []  # indexes into ops of the first sighting of each id
         rows: list[tuple[Any, ...]] = []
+        taken: set[str] = set()
         for index, op in enumerate(ops):
             message = op.message
-            if message.message_id in new:
-                new.discard(message.message_id)  # a later sighting is a duplicate
+            if message.message_id not in taken:
+                taken.add(message.message_id)
                 fresh.append(index)
                 rows.append(
                     (op.conversation, message.message_id, message.author, message.text,

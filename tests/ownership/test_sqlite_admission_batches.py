@@ -75,3 +75,24 @@ async def test_a_cancelled_caller_leaves_its_write_and_the_others_to_commit(
         "kept",
     ]
     await log.aclose()
+
+
+async def test_an_id_repeated_in_one_batch_of_new_ids_is_admitted_once(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    log = await SqliteConversationLog.open(str(tmp_path / "b.db"), channel="C")
+    ids = ["a", "b", "a", "c", "b", "a"]
+    results: list[Turn | None] = [None] * len(ids)
+
+    async def admit(index: int) -> None:
+        results[index] = await log.admit(message(ids[index], author=f"u{index}"))
+
+    async with anyio.create_task_group() as tg:
+        for index in range(len(ids)):
+            tg.start_soon(admit, index)
+    admitted = sorted((turn for turn in results if turn is not None), key=lambda t: t.seq)
+    assert sorted(turn.message_id for turn in admitted) == ["a", "b", "c"]
+    read = [r for r in await log.read(after_seq=0) if isinstance(r, Turn)]
+    assert read == admitted
+    assert (await log.statistics()).turns_admitted == 3
+    await log.aclose()
