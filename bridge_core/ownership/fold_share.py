@@ -10,7 +10,9 @@ heartbeats, when it stops. Only the view of the log and the recent history are s
 
 The share's view starts from the catch-up of the first member that joins through it (the
 ``lookback`` before that member's join, as ``AgentGroupMember`` catches up alone) and follows
-every record after it in log order, whichever member's follow loop reads it first. A member
+every record after it in log order. One member's follow loop at a time reads the log for the
+share; the others wait until it stops (then one of them takes over from the share's cursor)
+or until their own leave is folded (ADR 0178). A member
 registers before it appends its join, so no turn assigned to it can be routed before it is
 listed; member ids are unique per join, so a turn is only ever routed to the incarnation that
 joined. When the last member of the share leaves, the view is dropped: the next member catches
@@ -60,6 +62,10 @@ class FoldShare:
         )
         self._members: dict[str, _Registered] = {}
         self._starting: anyio.Event | None = None
+        # the one member whose follow loop reads the log for the share (ADR 0178), and what
+        # the others wait on: set when it stops reading, or when a member's leave is folded
+        self._reader: str | None = None
+        self._changed = anyio.Event()
 
     def register(self, member: str, deliver: Callable[[list[Turn]], None]) -> None:
         """List ``member`` (before its join is appended): turns assigned to it go to
@@ -68,11 +74,34 @@ class FoldShare:
 
     def unregister(self, member: str) -> None:
         """``member`` stopped following; with nobody left, the view is dropped."""
+        self.stop_reading(member)
         self._members.pop(member, None)
         if not self._members and self._starting is None:
             self.view = None
             self.cursor = 0
             self.recent.clear()
+
+    def reads(self, member: str) -> bool:
+        """Whether ``member``'s follow loop is the one that reads the log for the share (it
+        becomes that one if none is): the others' would read what it reads, and only wake
+        the loop for nothing after each commit."""
+        if self._reader is None:
+            self._reader = member
+        return self._reader == member
+
+    def stop_reading(self, member: str) -> None:
+        """``member``'s follow loop stops reading (it ends): another member's takes over."""
+        if self._reader == member:
+            self._reader = None
+            self._notify()
+
+    async def wait_for_change(self) -> None:
+        """Until the reader stops reading, or a member's leave is folded."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
 
     def has_left(self, member: str) -> bool:
         """Whether the share folded a leave of ``member`` (graceful or expired)."""
@@ -127,16 +156,25 @@ class FoldShare:
     def _fold(self, view: GroupView, records: Sequence[LogRecord]) -> None:
         members = self._members
         self.recent.remember(records)
+        # each member's turns of these records, in log order, handed over once they are folded
+        routed: dict[str, list[Turn]] = {}
         for record in records:
             self.cursor = record.seq
             for turn, owner in view.apply_routed(record):
-                registered = members.get(owner)
-                if registered is not None:
-                    registered.deliver([turn])
+                turns = routed.get(owner)
+                if turns is None:
+                    routed[owner] = [turn]
+                else:
+                    turns.append(turn)
             if isinstance(record, Leave):
                 registered = members.get(record.member)
                 if registered is not None:
                     registered.left = True
+                    self._notify()  # its follow loop may be waiting for the reader
+        for owner, turns in routed.items():
+            registered = members.get(owner)
+            if registered is not None:
+                registered.deliver(turns)
 
 
 class SharedMemberView:

@@ -140,12 +140,15 @@ class AgentGroupMember:
         self.max_concurrent = max_concurrent
         self._stop = anyio.Event()
         self._done = anyio.Event()
+        # what _stop and _done say, read as plain attributes on every turn (ADR 0178)
+        self._stopping = False
+        self._finished = False
         # a conversation is in _queues while a worker holds it or it waits in _ready (once)
         self._queues: dict[str, deque[Turn]] = {}
         self._ready: deque[str] = deque()
         self._sleepers: deque[LoopEvent] = deque()  # idle workers, oldest first
-        # the loop's own event class and clock, taken when run() starts (ADR 0137)
-        self._new_event: Callable[[], LoopEvent] = anyio.Event
+        # the loop's own one-shot wake (ADR 0178) and clock, taken when run() starts (ADR 0137)
+        self._new_wake: Callable[[], LoopEvent] = anyio.Event
         self._clock: Callable[[], float] = anyio.current_time
         self._workers = 0
         self._recent = RecentHistory(
@@ -168,7 +171,13 @@ class AgentGroupMember:
 
     def stop(self) -> None:
         """Ask ``run()`` to finish in-flight turns, leave gracefully and return."""
+        self._stopping = True
         self._stop.set()
+        self._finish()
+
+    def _finish(self) -> None:
+        """This incarnation stops following and starting turns."""
+        self._finished = True
         self._done.set()
 
     def abandon(self) -> None:
@@ -190,16 +199,16 @@ class AgentGroupMember:
         return (
             view is not None
             and view.joined
-            and not self._stop.is_set()
+            and not self._stopping
             and self._clock() - self._last_beat < 0.8 * self.expiry
         )
 
     async def run(self) -> None:
         """Serve until ``stop()`` or cancellation; rejoin under a new id after an expiry."""
         native = loop_native()
-        self._new_event, self._clock = native.event, native.clock
+        self._new_wake, self._clock = native.wake, native.clock
         incarnation = failures = 0
-        while not self._stop.is_set():
+        while not self._stopping:
             if self.exact_id:
                 member = self.member_id if incarnation == 0 else f"{self.member_id}~{incarnation}"
             else:
@@ -252,7 +261,7 @@ class AgentGroupMember:
 
     def _routed(self, turns: list[Turn]) -> None:
         """The shared fold assigned ``turns`` to this member."""
-        if self._done.is_set():
+        if self._finished:
             return  # stopped following, as a member folding alone stops: they move at its leave
         if self._tg is None:
             self._early.extend(turns)
@@ -261,6 +270,7 @@ class AgentGroupMember:
 
     async def _serve(self, member: str) -> bool:
         self._done = anyio.Event()
+        self._finished = False
         self._expelled = False
         self._queues.clear()
         self._ready.clear()
@@ -385,17 +395,17 @@ class AgentGroupMember:
         ``_ready`` if more are queued: conversations take turns, as they did waiting in line
         for a limiter.
         """
-        ready, queues, new_event = self._ready, self._queues, self._new_event
-        while not self._done.is_set():
+        ready, queues, new_wake = self._ready, self._queues, self._new_wake
+        while not self._finished:
             if not ready:
-                wake = new_event()
+                wake = new_wake()
                 self._sleepers.append(wake)
                 await wake.wait()
                 continue
             conversation = ready.popleft()
             queue = queues[conversation]
             while not self.delivering:
-                if self._done.is_set():
+                if self._done.is_set():  # the same as _finished, off the usual path
                     return
                 await anyio.sleep(self.heartbeat_interval / 4)
             turn = queue.popleft()
@@ -466,7 +476,7 @@ class AgentGroupMember:
                 else:
                     # our expiry is in the log; the follow loop will see it too
                     self._expelled = True
-                    self._done.set()
+                    self._finish()
                     return
                 await self.log.reap(expiry=self.expiry)
             except Exception as error:
@@ -476,7 +486,7 @@ class AgentGroupMember:
 
     async def _follow_loop(self, tg: TaskGroup, view: GroupView, cursor: int) -> None:
         backoff = 0.05
-        while not self._done.is_set():
+        while not self._finished:
             try:
                 records = await self.log.read(after_seq=cursor, wait=self.follow_wait)
             except Exception as error:
@@ -491,15 +501,28 @@ class AgentGroupMember:
                 cursor = record.seq
                 self._enqueue(tg, view.apply(record))
             if view.left:
-                self._expelled = not self._stop.is_set()
-                self._done.set()
+                self._expelled = not self._stopping
+                self._finish()
                 return
 
     async def _follow_share(self, share: FoldShare, member: str) -> None:
-        """Follow the log for the shared fold: whichever member reads a record first folds it
-        for all of them (``FoldShare.advance`` skips what is folded already)."""
+        """Follow the log for the shared fold: one member of the share at a time reads and
+        folds for all of them; the others wait for it to stop, or for their own leave."""
+        try:
+            await self._follow_share_reading(share, member)
+        finally:
+            share.stop_reading(member)
+
+    async def _follow_share_reading(self, share: FoldShare, member: str) -> None:
         backoff = 0.05
-        while not self._done.is_set():
+        while not self._finished:
+            if share.has_left(member):
+                self._expelled = not self._stopping
+                self._finish()
+                return
+            if not share.reads(member):
+                await share.wait_for_change()
+                continue
             try:
                 records = await self.log.read(after_seq=share.cursor, wait=self.follow_wait)
             except Exception as error:
@@ -510,7 +533,3 @@ class AgentGroupMember:
                 continue
             backoff = 0.05
             share.advance(records)
-            if share.has_left(member):
-                self._expelled = not self._stop.is_set()
-                self._done.set()
-                return

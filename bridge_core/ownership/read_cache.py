@@ -53,11 +53,23 @@ class ReadCache:
     def fetched(
         self, after_seq: int, records: list[LogRecord], *, complete: bool, now: float
     ) -> None:
-        """The file returned ``records`` after ``after_seq`` (all of them if ``complete``);
-        ``now`` is the loop's clock when the read returned."""
-        if self._after is None or after_seq != self._end:
+        """The file returned ``records``: every record after ``after_seq`` up to the last of
+        them (and nothing after it, if ``complete``); ``now`` is the loop's clock when the read
+        returned.
+
+        They seed an empty cache. A read that started at the cached run's end, or inside the
+        run (this handle's commits can extend it while the file is read), adds what lies
+        beyond the end. A read that started before or beyond the run leaves it alone: the run
+        is never moved, so it still ends where this handle's next commit begins, and that
+        commit is not taken for another writer's (ADR 0178).
+        """
+        if self._after is None:
             self._records, self._after, self._end = [], after_seq, after_seq
-        self._extend(records)
+        elif not self._after <= after_seq <= self._end:
+            return
+        end = self._end
+        if records and records[-1].seq > end:
+            self._extend(records if records[0].seq > end else [r for r in records if r.seq > end])
         if complete:
             self._verified_at = now
 
@@ -71,6 +83,10 @@ class ReadCache:
         if prev_seq == self._end:
             self._extend(created)
             self._verified_at = now
+        elif prev_seq < self._end and (not created or created[-1].seq <= self._end):
+            # a read of the file found this commit (and maybe later ones) before this
+            # callback ran: the run holds it already
+            return
         else:
             # another handle wrote this channel in between: from now on "nothing newer" is
             # always checked against the file

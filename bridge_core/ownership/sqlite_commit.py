@@ -17,9 +17,9 @@ import queue
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -48,6 +48,29 @@ _LOAD = (
 )
 
 Soon = Callable[[Callable[[], object]], object]
+
+
+@lru_cache(maxsize=8)
+def _count_sql(column: str) -> str:
+    """Add to one of the channel's counters (the same text each time, not built per commit)."""
+    return (
+        f"INSERT INTO log_counters (channel, {column}) VALUES (?, ?) "
+        f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + excluded.{column}"
+    )
+
+
+@lru_cache(maxsize=64)
+def _insert_many_sql(names: tuple[str, ...], rows: int) -> str:
+    """``INSERT`` of ``rows`` records: channel and kind bound once (``?1``, ``?2``), then each
+    row's seq, inserted_at and ``names``; the same text for the same shape, so SQLite's
+    statement cache finds it without the text being built again."""
+    width = 2 + len(names)
+    tuples = (
+        "(?1, ?2, " + ", ".join(f"?{3 + row * width + i}" for i in range(width)) + ")"
+        for row in range(rows)
+    )
+    columns = ", ".join(("channel", "kind", "seq", "inserted_at", *names))
+    return f"INSERT INTO log_records ({columns}) VALUES " + ", ".join(tuples)
 
 
 class LogTx:
@@ -104,39 +127,46 @@ class LogTx:
         """Append ``rows`` (values of ``names``) as records of ``kind``, in their order, in one
         statement per 500 rows; returns each one's ``(seq, inserted_at)``.
 
-        Each row is stamped by ``now()`` as ``insert`` stamps it. Seqs are given, not left to
-        AUTOINCREMENT: one above the largest the table ever held (``sqlite_sequence``, which
-        SQLite raises to a given seq too), in row order, which is what AUTOINCREMENT would give
-        rows inserted one by one under this transaction's write lock. The transaction's first
-        ``now()`` read that seq with the channel's last record (under the lock nobody else
-        appends), so most transactions spend no statement on it.
+        Each row is stamped as ``insert`` stamps it (the clock read for it, never less than
+        the row before). Seqs are given, not left to AUTOINCREMENT: one above the largest the
+        table ever held (``sqlite_sequence``, which SQLite raises to a given seq too), in row
+        order, which is what AUTOINCREMENT would give rows inserted one by one under this
+        transaction's write lock. The transaction's first ``now()`` read that seq with the
+        channel's last record (under the lock nobody else appends), so most transactions
+        spend no statement on it.
         """
-        stamps = [self.now() for _row in rows]  # the first of a transaction loads _next_seq
+        stamps = self._stamps(len(rows))  # the first of a transaction loads _next_seq
         first = self._next_seq
         if first is None:
             first = self.conn.execute("SELECT " + _NEXT_SEQ).fetchone()[0]
         self._next_seq = first + len(rows)
-        stamped = [(first + index, at) for index, at in enumerate(stamps)]
-        columns = ", ".join(("seq", "inserted_at", "channel", "kind", *names))
-        marks = "(" + ", ".join("?" * (4 + len(names))) + ")"
-        channel = self.channel
+        stamped = list(zip(range(first, first + len(rows)), stamps, strict=True))
         for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-            chunk = range(start, min(start + _ROWS_PER_STATEMENT, len(rows)))
-            values: list[Any] = []
-            for index in chunk:
-                values += (*stamped[index], channel, kind)
+            end = min(start + _ROWS_PER_STATEMENT, len(rows))
+            values: list[Any] = [self.channel, kind]  # ?1 and ?2 of every row
+            for index in range(start, end):
+                values += stamped[index]
                 values += rows[index]
-            self.conn.execute(
-                f"INSERT INTO log_records ({columns}) VALUES {', '.join([marks] * len(chunk))}",
-                values,
-            )
+            self.conn.execute(_insert_many_sql(names, end - start), values)
         return stamped
 
-    def count(self, column: str) -> None:
+    def _stamps(self, n: int) -> list[float]:
+        """``n`` stamps, one clock read each, as ``n`` calls of ``now()`` give them."""
+        last = self.now()
+        clock, out = self._clock, [last]
+        for _ in range(n - 1):
+            now = clock()
+            if now > last:
+                last = now
+            out.append(last)
+        self._last = last
+        return out
+
+    def count(self, column: str, n: int = 1) -> None:
         if self.defer_counts:
-            self.counts[column] = self.counts.get(column, 0) + 1
+            self.counts[column] = self.counts.get(column, 0) + n
         else:
-            self._add(column, 1)
+            self._add(column, n)
 
     def flush_counts(self) -> None:
         for column, n in self.counts.items():
@@ -144,29 +174,30 @@ class LogTx:
         self.counts.clear()
 
     def _add(self, column: str, n: int) -> None:
-        self.conn.execute(
-            f"INSERT INTO log_counters (channel, {column}) VALUES (?, ?) "
-            f"ON CONFLICT (channel) DO UPDATE SET {column} = {column} + excluded.{column}",
-            (self.channel, n),
-        )
+        self.conn.execute(_count_sql(column), (self.channel, n))
 
 
 @dataclass(eq=False, slots=True)
 class _Write:
     op: Callable[[LogTx], Any]
+    # asyncio: the caller's own future, resolved on the loop with the result (ADR 0178); its
+    # own, not one shared by the group, so cancelling one caller cancels nobody else's wait
+    waiter: asyncio.Future[Any] | None = None
     result: Any = None
     error: BaseException | None = None
 
 
 @dataclass(eq=False, slots=True)
 class _Group:
-    """The writes one event loop queued in one of its turns; their callers share one event."""
+    """The writes one event loop queued in one of its turns."""
 
     loop: object  # the loop's native token: the asyncio loop, or trio's token
     soon: Soon  # calls into that loop, from the loop
     soon_threadsafe: Soon  # the same, from the writer thread
     now: Callable[[], float]  # that loop's clock (anyio.current_time needs a task)
-    done: LoopEvent  # that loop's own event (ADR 0137): set once the commit is known
+    # trio: the callers share the loop's own event, set once the commit is known (asyncio:
+    # each write's waiter instead)
+    done: LoopEvent | None
     writes: list[_Write] = field(default_factory=list)
 
 
@@ -176,14 +207,28 @@ _STOP = object()
 def _group(native: Any) -> _Group:
     """An empty group for the event loop ``native`` (asyncio's loop, or trio's token)."""
     if isinstance(native, asyncio.AbstractEventLoop):
-        return _Group(
-            native, native.call_soon, native.call_soon_threadsafe, native.time, asyncio.Event()
-        )
+        return _Group(native, native.call_soon, native.call_soon_threadsafe, native.time, None)
     import trio
 
     return _Group(
         native, native.run_sync_soon, native.run_sync_soon, trio.current_time, trio.Event()
     )
+
+
+def _resolve(groups: list[_Group]) -> None:
+    """On the loop: every caller of ``groups`` gets its write's result or error."""
+    for group in groups:
+        if group.done is not None:
+            group.done.set()
+            continue
+        for write in group.writes:
+            waiter = write.waiter
+            if waiter is None or waiter.done():
+                continue  # its caller was cancelled: the write committed all the same
+            if write.error is None:
+                waiter.set_result(write.result)
+            else:
+                waiter.set_exception(write.error)
 
 
 def _run_merged(tx: LogTx, batch: list[_Write]) -> None:
@@ -251,30 +296,47 @@ class LogWriter:
         self._thread = threading.Thread(target=self._run, name="bridge-log-writer", daemon=True)
         self._thread.start()
 
-    async def submit(self, op: Callable[[LogTx], T]) -> T:
+    def submit(self, op: Callable[[LogTx], T]) -> Awaitable[T]:
+        """Queue ``op``; await what this returns for its result, once its commit is known.
+
+        The commit happens whether or not the caller still waits for it (as it did when the
+        first waiting caller committed for everyone, shielded). On asyncio the awaitable is
+        the write's own future, so a write costs no coroutine of its own (ADR 0178).
+        """
         if self._closed:
             raise LogUnavailable("the conversation log is closed")
         try:
-            native: object = asyncio.get_running_loop()  # what anyio's token holds, cheaper
+            loop = asyncio.get_running_loop()  # what anyio's token holds, cheaper
         except RuntimeError:
-            native = anyio.lowlevel.current_token().native_token  # trio
-        group = self._gathering.get(native)
-        if group is None:
-            group = self._gathering[native] = _group(native)
-            group.soon(partial(self._hand_over, native))
+            return self._submit_trio(op)
+        waiter: asyncio.Future[T] = loop.create_future()
+        self._gathered(loop).writes.append(_Write(op, waiter))
+        return waiter
+
+    async def _submit_trio(self, op: Callable[[LogTx], T]) -> T:
+        native = anyio.lowlevel.current_token().native_token
+        group = self._gathered(native)
         write = _Write(op)
         group.writes.append(write)
-        # the commit happens whether or not this caller still waits for it (as it did when
-        # the first waiting caller committed for everyone, shielded)
+        assert group.done is not None  # a trio group's callers share its event
         await group.done.wait()
         if write.error is not None:
             raise write.error
         result: T = write.result
         return result
 
+    def _gathered(self, native: object) -> _Group:
+        """The group gathering this loop's writes; a new one is handed over a loop turn later."""
+        group = self._gathering.get(native)
+        if group is None:
+            group = self._gathering[native] = _group(native)
+            group.soon(partial(self._hand_over, native))
+        return group
+
     def _hand_over(self, key: object) -> None:
+        """Give the thread the writes ``key``'s loop gathered, if any."""
         group = self._gathering.pop(key, None)
-        if group is not None:
+        if group is not None and group.writes:
             self._queue.put(group)
 
     async def aclose(self) -> None:
@@ -297,11 +359,8 @@ class LogWriter:
                     return
                 groups: list[_Group] = [first]
                 stopping = False
-                while True:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
+                while not self._queue.empty():  # nobody else takes from it
+                    more = self._queue.get_nowait()
                     if more is _STOP:
                         stopping = True
                         break
@@ -330,20 +389,29 @@ class LogWriter:
             self._conn.close()
 
     def _committed(self, tx: LogTx | None, groups: list[_Group]) -> None:
-        """On the loop: account for the commit, resume its callers, then ``after_wake``."""
+        """On the loop: account for the commit, resume its callers, then hand their next
+        writes over and ``after_wake``."""
         self._on_commit(tx, groups[0].now())
-        for group in groups:
-            group.done.set()
-        groups[0].soon(partial(self._wake_or_defer, groups[0]))
+        _resolve(groups)
+        key = groups[0].loop
+        if key not in self._gathering and not self._closed:
+            # the callers' next writes gather here: no hand-over of their own is scheduled,
+            # _after_callers hands them over as soon as the callers ran (ADR 0178)
+            self._gathering[key] = _group(key)
+        groups[0].soon(partial(self._after_callers, groups[0]))
 
-    def _wake_or_defer(self, group: _Group) -> None:
-        """On the loop, after the callers resumed: when their next writes are about to go to
-        the thread, the readers are woken by that commit just before its ``COMMIT`` (they fold
-        while it syncs, not while it needs the interpreter); otherwise now."""
-        if group.loop in self._gathering and not self._closed:
-            self._deferred_wakes.append(group.soon_threadsafe)
-        else:
+    def _after_callers(self, group: _Group) -> None:
+        """On the loop, once the commit's callers resumed (their next writes gathered): those
+        writes go to the thread now, and the readers are woken by that commit just before its
+        ``COMMIT`` (they fold while it syncs, not while it needs the interpreter); when no
+        write follows, the readers are woken now."""
+        following = self._gathering.pop(group.loop, None)
+        if following is None or not following.writes:
             self._after_wake()
+            return
+        # noted before the hand-over, so the thread finds the note when it commits them
+        self._deferred_wakes.append(group.soon_threadsafe)
+        self._queue.put(following)
 
     def _wake_deferred(self) -> None:
         """On the thread: hand the readers' wakes the loops put off back to them."""

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import anyio
@@ -96,6 +97,18 @@ _TURN_COLUMNS = ("conversation", "message_id", "author", "body", "thread")
 _FRAME_COLUMNS = ("conversation", "answers_seq", "member", "obligation")
 
 
+@lru_cache(maxsize=16)
+def _seen_sql(ids: int) -> str:
+    """Record ``ids`` message ids as seen (channel ``?1``, time ``?2``); an id seen before is
+    left as it is (the statement's row count tells how many were new)."""
+    values = ", ".join(f"(?1, ?{3 + i}, ?2)" for i in range(ids))
+    return f"INSERT OR IGNORE INTO log_seen (channel, message_id, seen_at) VALUES {values}"
+
+
+class _SeenBefore(Exception):
+    """A merged run of admissions met an id seen before (see ``_Admission.many``)."""
+
+
 def _record(row: tuple[Any, ...]) -> LogRecord:
     (seq, channel, kind, at, conv, message_id, author, body, thread) = row[:9]
     (answers_seq, member, obligation, since, reason) = row[9:]
@@ -128,7 +141,13 @@ class _Admission:
     @staticmethod
     def many(tx: LogTx, ops: Sequence[_Admission]) -> list[Turn | None]:
         """Admit each of ``ops`` in order: a message id already seen, in the log or earlier in
-        ``ops``, gives ``None``; every other gets its turn. Four statements for the lot."""
+        ``ops``, gives ``None``; every other gets its turn. Three statements for the lot (the
+        check and record of the ids, the turns, the counters).
+
+        A run that meets an id the log has seen raises ``_SeenBefore``: the batch is then
+        committed the careful way, one admission at a time, where a single id's row count
+        says whether it is new (replays are rare; a merged batch of fresh ids is the rule).
+        """
         log, conn, channel = ops[0].log, tx.conn, tx.channel
         now = tx.now()
         if any(op.prune for op in ops):
@@ -139,50 +158,39 @@ class _Admission:
             )
             tx.pruned = True
         ids = [op.message.message_id for op in ops]
-        seen: set[str] = set()
+        # the dedup check and the record of the ids in one statement: under the write lock
+        # nobody else inserts, so the ids are all new exactly when it inserted one row for
+        # each distinct id (a repeat in ``ops`` conflicts with its first sighting)
+        inserted = 0
         for start in range(0, len(ids), _IDS_PER_STATEMENT):
             asked = ids[start : start + _IDS_PER_STATEMENT]
-            marks = ", ".join("?" * len(asked))
-            seen.update(
-                row[0]
-                for row in conn.execute(
-                    "SELECT message_id FROM log_seen WHERE channel = ? AND message_id IN "
-                    f"({marks})",
-                    (channel, *asked),
-                )
-            )
-        fresh: list[int] = []  # indexes into ops of the first sighting of each new id
-        for index, message_id in enumerate(ids):
-            if message_id not in seen:
-                seen.add(message_id)
-                fresh.append(index)
+            inserted += conn.execute(_seen_sql(len(asked)), (channel, now, *asked)).rowcount
+        if inserted == 0 and len(ops) == 1:
+            return [None]
+        if inserted != len(set(ids)):
+            # some id was seen before: which one is told admission by admission, on the
+            # careful path (one savepoint each), where this batch is sent again
+            raise _SeenBefore
         out: list[Turn | None] = [None] * len(ops)
-        if not fresh:
-            return out
-        for start in range(0, len(fresh), _IDS_PER_STATEMENT):
-            new = fresh[start : start + _IDS_PER_STATEMENT]
-            values: list[Any] = []
-            for index in new:
-                values += (channel, ids[index], now)
-            # plain INSERT: under the write lock an id the SELECT did not find is not there
-            conn.execute(
-                "INSERT INTO log_seen (channel, message_id, seen_at) VALUES "
-                + ", ".join(["(?, ?, ?)"] * len(new)),
-                values,
-            )
-        rows = []
-        for index in fresh:
-            message = ops[index].message
-            rows.append(
-                (ops[index].conversation, message.message_id, message.author, message.text,
-                 message.thread)
-            )  # fmt: skip
+        fresh: list[int] = []  # indexes into ops of the first sighting of each id
+        rows: list[tuple[Any, ...]] = []
+        taken: set[str] = set()
+        for index, op in enumerate(ops):
+            message = op.message
+            if message.message_id not in taken:
+                taken.add(message.message_id)
+                fresh.append(index)
+                rows.append(
+                    (op.conversation, message.message_id, message.author, message.text,
+                     message.thread)
+                )  # fmt: skip
         stamped = tx.insert_many("turn", _TURN_COLUMNS, rows)
+        created = tx.created
         for index, (seq, at), row in zip(fresh, stamped, rows, strict=True):
             turn = Turn(channel, row[0], seq, at, row[1], row[2], row[3], row[4])
             out[index] = turn
-            tx.created.append(turn)
-            tx.count("admitted")
+            created.append(turn)
+        tx.count("admitted", len(rows))
         return out
 
 
@@ -205,10 +213,9 @@ class _Answer:
         rows = [(op.turn.conversation, op.turn.seq, op.member, op.obligation) for op in ops]
         out = []
         for row, (seq, at) in zip(rows, tx.insert_many("frame", _FRAME_COLUMNS, rows), strict=True):
-            frame = Frame(tx.channel, row[0], seq, at, row[1], row[2], row[3])
-            out.append(frame)
-            tx.created.append(frame)
-            tx.count("answered")
+            out.append(Frame(tx.channel, row[0], seq, at, row[1], row[2], row[3]))
+        tx.created += out
+        tx.count("answered", len(out))
         return out
 
 
@@ -303,8 +310,8 @@ class SqliteConversationLog:
         """Transactions committed by this handle's writer."""
         return self._writer.commits
 
-    async def _submit(self, op: Callable[[LogTx], T]) -> T:
-        return await self._writer.submit(op)
+    def _submit(self, op: Callable[[LogTx], T]) -> Awaitable[T]:
+        return self._writer.submit(op)
 
     def _committed(self, tx: LogTx | None, now: float) -> None:
         if tx is not None and tx.pruned:
