@@ -362,14 +362,21 @@ class Notifier:
         next_prune = anyio.current_time() + self.config.forget_after
         try:
             while True:
-                now = anyio.current_time()
-                self._bursts.expire(math.inf if self._holds_ended else now)
-                if now >= next_prune:
-                    self._forget(now)
-                    next_prune = now + self.config.forget_after
-                deadline = min(self._bursts.next_hold, next_prune)
-                with anyio.move_on_after(max(0.0, deadline - now)):
-                    await self._wake.wait()
+                # One cancel scope serves every wake until its deadline passes, its deadline
+                # moved only when the next timer moves: a wake (each spawn's hold) then costs an
+                # event, not a scope's setup and teardown (ADR 0177).
+                with anyio.CancelScope() as timer:
+                    while True:
+                        now = anyio.current_time()
+                        self._bursts.expire(math.inf if self._holds_ended else now)
+                        if now >= next_prune:
+                            self._forget(now)
+                            next_prune = now + self.config.forget_after
+                        deadline = min(self._bursts.next_hold, next_prune)
+                        if timer.deadline != deadline:
+                            timer.deadline = deadline
+                        await self._wake.wait()
+                        self._wake = anyio.Event()
                 if self._wake.is_set():
                     self._wake = anyio.Event()
         finally:
