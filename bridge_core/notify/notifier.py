@@ -231,6 +231,9 @@ class Notifier:
         # itself is the agent's news, so no status or change flag is stored (ADR 0168), and no
         # ``outstanding``, phase or ``ended`` is read (ADR 0177). A name it lacks (an idle
         # agent, or one not held) goes to ``_status_missed``, which decides as ``handle`` does.
+        # The class is read again for an event that is not a status change rather than kept
+        # in a local: a store and a load on every event cost more than a second ``type()`` on
+        # the others (ADR 0177).
         #
         # The loop is written twice, with a workspace filter and without, so that no event
         # tests whether there is one (ADR 0168); tests/notify/test_batches.py runs both against
@@ -249,30 +252,28 @@ class Notifier:
         try:
             if workspaces is None:
                 for event in remaining:
-                    cls = type(event)
-                    if cls is status_class:
+                    if type(event) is status_class:
                         try:
-                            store_only[event.agent].news = event  # type: ignore[assignment]
+                            store_only[event.agent].news = event
                         except KeyError:
-                            self._status_missed(event)  # type: ignore[arg-type]
+                            self._status_missed(event)
                         continue
-                    if cls in quiet or self._filters_out(event):
+                    if type(event) in quiet or self._filters_out(event):
                         filtered += 1
                         continue
                     self._handle_rare(event, self._agents.get(event.agent))
             else:
                 for event in remaining:
-                    cls = type(event)
-                    if cls is status_class:
+                    if type(event) is status_class:
                         if event.workspace not in workspaces:
                             filtered += 1
                             continue
                         try:
-                            store_only[event.agent].news = event  # type: ignore[assignment]
+                            store_only[event.agent].news = event
                         except KeyError:
-                            self._status_missed(event)  # type: ignore[arg-type]
+                            self._status_missed(event)
                         continue
-                    if cls in quiet or self._filters_out(event):
+                    if type(event) in quiet or self._filters_out(event):
                         filtered += 1
                         continue
                     self._handle_rare(event, self._agents.get(event.agent))
