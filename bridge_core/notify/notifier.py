@@ -113,9 +113,10 @@ class Notifier:
         self._workspaces = self.config.workspaces
         self._on_terminal_delivered = on_terminal_delivered
         self._agents: dict[str, TrackedAgent] = {}
-        # The status path's view of ``_agents``, the same names: an agent not ended maps to
-        # itself, an ended one to ``_sink``, which absorbs late news (a store no one reads) and
-        # owes work for ever, so the hot path stops there with no test of its own (ADR 0168).
+        # ``handle``'s status path's view of ``_agents``, the same names: an agent not ended
+        # maps to itself, an ended one to ``_sink``, which absorbs late news (a store no one
+        # reads) and owes work for ever, so the path stops there with no test of its own
+        # (ADR 0168). ``handle_all`` reads it only for a name its own view lacks.
         self._running: dict[str, TrackedAgent] = {}
         self._sink = TrackedAgent(key=(id(self), "ended", 0), name="", workspace="", outstanding=1)
         # ``handle_all``'s view: the names whose status change is a store of the news and
