@@ -278,11 +278,14 @@ class Notifier:
                         filtered += 1
                         continue
                     self._handle_rare(event, self._agents.get(event.agent))
-        finally:
+        except BaseException:
             # A sequence's iterator knows exactly how many items it has left.
             self._events += len(events) - length_hint(remaining)
-            if filtered:
-                self._filtered += filtered
+            self._filtered += filtered
+            raise
+        self._events += len(events)
+        if filtered:
+            self._filtered += filtered
 
     def _filters_out(self, event: FleetEvent) -> bool:
         """Whether an event of a class not known to be quiet is filtered (by kind or by
