@@ -113,11 +113,20 @@ class Notifier:
         self._workspaces = self.config.workspaces
         self._on_terminal_delivered = on_terminal_delivered
         self._agents: dict[str, TrackedAgent] = {}
-        # The status path's view of ``_agents``, the same names: an agent not ended maps to
-        # itself, an ended one to ``_sink``, which absorbs late news (a store no one reads) and
-        # owes work for ever, so the hot path stops there with no test of its own (ADR 0168).
+        # ``handle``'s status path's view of ``_agents``, the same names: an agent not ended
+        # maps to itself, an ended one to ``_sink``, which absorbs late news (a store no one
+        # reads) and owes work for ever, so the path stops there with no test of its own
+        # (ADR 0168). ``handle_all`` reads it only for a name its own view lacks.
         self._running: dict[str, TrackedAgent] = {}
         self._sink = TrackedAgent(key=(id(self), "ended", 0), name="", workspace="", outstanding=1)
+        # ``handle_all``'s view: the names whose status change is a store of the news and
+        # nothing more, each as it maps in ``_running``. An agent whose message is live, with
+        # edits, and that owes the sender nothing (idle) is left out, so its status change
+        # misses and the miss submits it; every other agent owes work, holds, sits in a summary
+        # or never edits, and the sink stands for an ended one. The status path then has no
+        # ``outstanding`` test (ADR 0177). ``_keep_store_only`` keeps it after each submission
+        # and outcome, the only places an agent becomes idle or stops being idle.
+        self._store_only: dict[str, TrackedAgent] = {}
         self._finished: dict[str, float] = {}
         self._wake: anyio.Event | None = None
         self._holds_ended = False
@@ -218,11 +227,14 @@ class Notifier:
         # is tested before any field is read, so the fields read after each test see one class
         # and CPython 3.11 specialises each read (a read that sees several classes takes the
         # slow generic path); an event of a kind that does not notify is known by its class
-        # alone. The agent is found in ``_running``, where an ended agent is the sink that owes
-        # work, so no ``ended`` is read; the event itself is the agent's news, so no status or
-        # change flag is stored (ADR 0168). The store and the ``outstanding`` test sit inside
-        # the ``try``, which then has no jump past its handler on the common path; neither can
-        # raise the ``KeyError`` it catches.
+        # alone. The agent is found in ``_store_only``, which holds exactly the names whose
+        # status change is only a store (an ended agent's name leads to the sink): the event
+        # itself is the agent's news, so no status or change flag is stored (ADR 0168), and no
+        # ``outstanding``, phase or ``ended`` is read (ADR 0177). A name it lacks (an idle
+        # agent, or one not held) goes to ``_status_missed``, which decides as ``handle`` does.
+        # The class is read again for an event that is not a status change rather than kept
+        # in a local: a store and a load on every event cost more than a second ``type()`` on
+        # the others (ADR 0177).
         #
         # The loop is written twice, with a workspace filter and without, so that no event
         # tests whether there is one (ADR 0168); tests/notify/test_batches.py runs both against
@@ -234,59 +246,46 @@ class Notifier:
         # the way.
         status_class = self._status_class
         workspaces = self._workspaces
-        running = self._running
+        store_only = self._store_only
         quiet = self._quiet
         filtered = 0
         remaining = iter(events)
         try:
             if workspaces is None:
                 for event in remaining:
-                    cls = type(event)
-                    if cls is status_class:
+                    if type(event) is status_class:
                         try:
-                            agent = running[event.agent]
-                            agent.news = event  # type: ignore[assignment]  # a StatusChanged
-                            if agent.outstanding:
-                                continue
+                            store_only[event.agent].news = event
                         except KeyError:
-                            self._handle_rare(event, None)
-                            continue
-                        if agent.phase is _LIVE and self._edit:
-                            agent.lost = False  # after a deleted message, post one new one
-                            self._submit_agent(agent)
+                            self._status_missed(event)
                         continue
-                    if cls in quiet or self._filters_out(event):
+                    if type(event) in quiet or self._filters_out(event):
                         filtered += 1
                         continue
                     self._handle_rare(event, self._agents.get(event.agent))
             else:
                 for event in remaining:
-                    cls = type(event)
-                    if cls is status_class:
+                    if type(event) is status_class:
                         if event.workspace not in workspaces:
                             filtered += 1
                             continue
                         try:
-                            agent = running[event.agent]
-                            agent.news = event  # type: ignore[assignment]  # a StatusChanged
-                            if agent.outstanding:
-                                continue
+                            store_only[event.agent].news = event
                         except KeyError:
-                            self._handle_rare(event, None)
-                            continue
-                        if agent.phase is _LIVE and self._edit:
-                            agent.lost = False  # after a deleted message, post one new one
-                            self._submit_agent(agent)
+                            self._status_missed(event)
                         continue
-                    if cls in quiet or self._filters_out(event):
+                    if type(event) in quiet or self._filters_out(event):
                         filtered += 1
                         continue
                     self._handle_rare(event, self._agents.get(event.agent))
-        finally:
+        except BaseException:
             # A sequence's iterator knows exactly how many items it has left.
             self._events += len(events) - length_hint(remaining)
-            if filtered:
-                self._filtered += filtered
+            self._filtered += filtered
+            raise
+        self._events += len(events)
+        if filtered:
+            self._filtered += filtered
 
     def _filters_out(self, event: FleetEvent) -> bool:
         """Whether an event of a class not known to be quiet is filtered (by kind or by
@@ -297,6 +296,20 @@ class Notifier:
             return True
         workspaces = self._workspaces
         return workspaces is not None and event.workspace not in workspaces
+
+    def _status_missed(self, event: StatusChanged) -> None:
+        """A status change whose name ``_store_only`` lacks: an idle agent's (submitted now,
+        as ``handle`` submits it), or one of a name not held (the rare path)."""
+        agent = self._running.get(event.agent)
+        if agent is None:
+            self._handle_rare(event, None)
+            return
+        agent.news = event
+        if agent.outstanding:
+            return
+        if agent.phase is _LIVE and self._edit:
+            agent.lost = False  # after a deleted message, this update posts exactly one new one
+            self._submit_agent(agent)
 
     def _handle_rare(self, event: FleetEvent, agent: TrackedAgent | None) -> None:
         if isinstance(event, StatusChanged):
@@ -332,7 +345,7 @@ class Notifier:
             else:
                 agent.gone = event.reason
             agent.ended = True
-            self._running[agent.name] = self._sink
+            self._running[agent.name] = self._store_only[agent.name] = self._sink
             agent.terminal_at = anyio.current_time()
             agent.slot.changed = True
             self._agent_finalised(agent)
@@ -354,14 +367,21 @@ class Notifier:
         next_prune = anyio.current_time() + self.config.forget_after
         try:
             while True:
-                now = anyio.current_time()
-                self._bursts.expire(math.inf if self._holds_ended else now)
-                if now >= next_prune:
-                    self._forget(now)
-                    next_prune = now + self.config.forget_after
-                deadline = min(self._bursts.next_hold, next_prune)
-                with anyio.move_on_after(max(0.0, deadline - now)):
-                    await self._wake.wait()
+                # One cancel scope serves every wake until its deadline passes, its deadline
+                # moved only when the next timer moves: a wake (each spawn's hold) then costs an
+                # event, not a scope's setup and teardown (ADR 0177).
+                with anyio.CancelScope() as timer:
+                    while True:
+                        now = anyio.current_time()
+                        self._bursts.expire(math.inf if self._holds_ended else now)
+                        if now >= next_prune:
+                            self._forget(now)
+                            next_prune = now + self.config.forget_after
+                        deadline = min(self._bursts.next_hold, next_prune)
+                        if timer.deadline != deadline:
+                            timer.deadline = deadline
+                        await self._wake.wait()
+                        self._wake = anyio.Event()
                 if self._wake.is_set():
                     self._wake = anyio.Event()
         finally:
@@ -384,7 +404,7 @@ class Notifier:
         agent.slot.edit_text = lambda: self._render_agent(agent, post=False)
         agent.slot.outcome = lambda result: self._agent_outcome(agent, result)
         self._agents[event.agent] = agent
-        self._running[event.agent] = agent
+        self._running[event.agent] = self._store_only[event.agent] = agent
         if (self._bursts.place(agent, now) or self._holds_ended) and self._wake is not None:
             self._wake.set()
         return agent
@@ -412,6 +432,7 @@ class Notifier:
         if self._agents.get(agent.name) is agent:
             del self._agents[agent.name]
             del self._running[agent.name]
+            self._store_only.pop(agent.name, None)
         self._finished[agent.name] = anyio.current_time()
 
     def _submit_agent(self, agent: TrackedAgent) -> None:
@@ -423,6 +444,17 @@ class Notifier:
         else:
             slot.priority = _UPDATE
         self._submit(slot, slot.ref if self._edit else None)
+        self._keep_store_only(agent)
+
+    def _keep_store_only(self, agent: TrackedAgent) -> None:
+        """After ``agent``'s work or phase changed: in ``_store_only`` unless it is idle (live,
+        with edits, owing nothing), when its next status change must submit it."""
+        if self._running.get(agent.name) is not agent:
+            return  # ended (the sink stands for it) or no longer held
+        if agent.outstanding or agent.phase is not _LIVE or not self._edit:
+            self._store_only[agent.name] = agent
+        else:
+            self._store_only.pop(agent.name, None)
 
     def _render_agent(self, agent: TrackedAgent, *, post: bool) -> str | None:
         return agent_text(
@@ -434,6 +466,12 @@ class Notifier:
     def _agent_outcome(
         self, agent: TrackedAgent, result: MessageRef | ProviderError | None
     ) -> None:
+        try:
+            self._settle_agent(agent, result)
+        finally:
+            self._keep_store_only(agent)  # an outcome is where an agent's work comes back
+
+    def _settle_agent(self, agent: TrackedAgent, result: MessageRef | ProviderError | None) -> None:
         slot = agent.slot
         if not self._outbox.settle(slot, result, f"agent {agent.name!r}") or slot.outstanding:
             return

@@ -362,3 +362,26 @@ async def test_ending_the_holds_at_stop_decides_each_group_now(open_channel) -> 
     assert sum("5 agents in [big]" in text for _, text in posts) == 1
     assert sum("lone" in text and "running" in text for _, text in posts) == 1
     assert sum("after" in text and "running" in text for _, text in posts) == 1
+
+
+async def test_holds_end_on_time_however_many_wakes_come_between(open_channel) -> None:
+    """The timer loop keeps one deadline across wakes (ADR 0177): spawns that wake it while an
+    earlier hold runs neither delay that hold nor end their own early, and a finished name is
+    still forgotten on schedule."""
+    config = NotifyConfig(hold=2.0, forget_after=5.0)
+    async with open_channel(budget=DISCORD_BUDGET, config=config) as ch:
+        ch.notifier.handle(AgentSpawned("first", "w1"))
+        for n in range(3):  # each wakes the loop while the first hold runs
+            await anyio.sleep_until(0.5 + 0.5 * n)
+            ch.notifier.handle(AgentSpawned(f"later{n}", f"w{n + 2}"))
+        await anyio.sleep_until(3.0)
+        ch.notifier.handle(done("first"))
+        await anyio.sleep_until(9.0)
+        forgotten = "first" not in ch.notifier._finished  # pruned 5 s after its end, by 10.0
+        await anyio.sleep_until(10.5)
+        pruned = "first" not in ch.notifier._finished
+        await ch.until_idle()
+        entries = ch.entries()
+    posts = {e.text.split()[1]: e.t for e in entries if e.op == "post"}
+    assert posts == {"first": 2.0, "later0": 2.5, "later1": 3.0, "later2": 3.5}, posts
+    assert not forgotten and pruned
