@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,7 +14,7 @@ import pytest
 from bridge_slack import SLACK_BUDGET
 
 from bridge_core.notify import Notifier, NotifyConfig
-from bridge_core.provider import Capabilities, MessageRef, MessageRejected, SendBudget
+from bridge_core.provider import Capabilities, MessageRef, MessageRejected, NotFound, SendBudget
 from bridge_core.providers.console import ConsoleProvider, ConsoleSettings
 from bridge_core.sending import ChannelSender
 from bridge_core.testing.budget import TranscriptEntry, read_transcript
@@ -112,3 +112,43 @@ def open_channel(tmp_path: Path) -> ChannelFactory:
         await provider.aclose()
 
     return factory
+
+
+class AnsweringSender:
+    """Keeps one piece of work per key and records each submission; ``answer`` renders the
+    queued work and reports an outcome: mostly a delivery, sometimes a deleted message or a
+    refusal (drawn from its own seed, so two notifiers that submit alike get alike answers)."""
+
+    def __init__(self, seed: int) -> None:
+        self.queue: dict[Hashable, tuple[Callable[[], str | None], Any, Any]] = {}
+        self.submissions: list[tuple[Any, ...]] = []
+        self.texts: list[str | None] = []
+        self.random = random.Random(seed)
+        self.sent = 0
+
+    def submit(self, key: Hashable, **work: Any) -> bool:
+        _, name, serial = key  # type: ignore[misc]  # the outbox's (id, name, serial) key
+        self.submissions.append((name, serial, work["priority"], work["edit"] is not None))
+        replaced = key in self.queue
+        self.queue[key] = (work["text"], work["edit"], work["on_outcome"])
+        return replaced
+
+    def answer(self, share: float) -> None:
+        """Answer about ``share`` of the queued work, in line order."""
+        for key, (text, edit, on_outcome) in list(self.queue.items()):
+            if self.random.random() >= share:
+                continue
+            del self.queue[key]
+            rendered = text()
+            self.texts.append(rendered)
+            result: Any = None
+            if rendered is not None:
+                roll = self.random.random()
+                if roll < 0.1:
+                    result = NotFound("deleted")
+                elif roll < 0.2:
+                    result = MessageRejected("refused")
+                else:
+                    self.sent += 1
+                    result = edit if edit is not None else MessageRef("c", f"m{self.sent}")
+            on_outcome(result)

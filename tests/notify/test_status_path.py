@@ -4,10 +4,6 @@ ever; and an agent's version counts a status change by the news event it stores.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Hashable
-from typing import Any
-
 import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,38 +18,10 @@ from bridge_core.events import (
 )
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.notify.live import TrackedAgent
-from bridge_core.provider import Capabilities, MessageRef, MessageRejected, NotFound
+from bridge_core.provider import Capabilities
 from bridge_core.testing.clock import run_virtual
 
-
-class RenderingSender:
-    """A sender that keeps one piece of work per key and, on ``flush``, renders each and
-    reports an outcome: mostly a delivery, sometimes a deleted message or a refusal."""
-
-    def __init__(self, seed: int) -> None:
-        self.queue: dict[Hashable, tuple[Callable[[], str | None], Any, Any]] = {}
-        self.random = random.Random(seed)
-        self.sent = 0
-
-    def submit(self, key: Hashable, **work: Any) -> bool:
-        replaced = key in self.queue
-        self.queue[key] = (work["text"], work["edit"], work["on_outcome"])
-        return replaced
-
-    def flush(self) -> None:
-        work, self.queue = list(self.queue.values()), {}
-        for text, edit, on_outcome in work:
-            result: Any = None
-            if text() is not None:
-                roll = self.random.random()
-                if roll < 0.1:
-                    result = NotFound("deleted")
-                elif roll < 0.2:
-                    result = MessageRejected("refused")
-                else:
-                    self.sent += 1
-                    result = edit if edit is not None else MessageRef("c", f"m{self.sent}")
-            on_outcome(result)
+from .conftest import AnsweringSender
 
 
 def check_running_view(notifier: Notifier) -> None:
@@ -79,7 +47,7 @@ def events() -> st.SearchStrategy[FleetEvent]:
 async def feed(
     batches: list[list[FleetEvent]], config: NotifyConfig, edit: bool, seed: int
 ) -> None:
-    sender = RenderingSender(seed)
+    sender = AnsweringSender(seed)
     capabilities = Capabilities(edit=edit, max_length=4000)
     notifier = Notifier("c", sender, capabilities=capabilities, config=config)
     async with anyio.create_task_group() as group:
@@ -88,7 +56,7 @@ async def feed(
             notifier.handle_all(batch)
             check_running_view(notifier)
             await anyio.sleep(0.73)  # holds end, finished names are forgotten
-            sender.flush()  # deliveries retire ended agents
+            sender.answer(1.0)  # deliveries retire ended agents
             check_running_view(notifier)
         group.cancel_scope.cancel()
 

@@ -24,14 +24,9 @@ def message(mid: str, author: str = "alice") -> InboundMessage:
     return InboundMessage(message_id=mid, channel="C", author=author, text=f"text {mid}", at=0.0)
 
 
-async def test_more_ids_than_one_statement_takes_each_admitted_once(
-    tmp_path: Path, anyio_backend: str
-) -> None:
-    log = await SqliteConversationLog.open(str(tmp_path / "b.db"), channel="C")
-    assert await log.admit(message("seen")) is not None
-    # 1,200 admissions: ids repeated inside one 500-id statement and across two of them,
-    # and one id from an earlier commit
-    ids = [f"m{i % 900}" for i in range(1200)] + ["seen"]
+async def admit_at_once(log: SqliteConversationLog, ids: list[str]) -> list[Turn | None]:
+    """Admits each id from a task of its own, all started before any commits; each result
+    where its id stands."""
     results: list[Turn | None] = [None] * len(ids)
 
     async def admit(index: int) -> None:
@@ -40,6 +35,18 @@ async def test_more_ids_than_one_statement_takes_each_admitted_once(
     async with anyio.create_task_group() as tg:
         for index in range(len(ids)):
             tg.start_soon(admit, index)
+    return results
+
+
+async def test_more_ids_than_one_statement_takes_each_admitted_once(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    log = await SqliteConversationLog.open(str(tmp_path / "b.db"), channel="C")
+    assert await log.admit(message("seen")) is not None
+    # 1,200 admissions: ids repeated inside one 500-id statement and across two of them,
+    # and one id from an earlier commit
+    ids = [f"m{i % 900}" for i in range(1200)] + ["seen"]
+    results = await admit_at_once(log, ids)
     admitted = [turn for turn in results if turn is not None]
     assert sorted(turn.message_id for turn in admitted) == sorted(f"m{i}" for i in range(900))
     read = [r for r in await log.read(after_seq=0, limit=5000) if isinstance(r, Turn)]
@@ -82,14 +89,7 @@ async def test_an_id_repeated_in_one_batch_of_new_ids_is_admitted_once(
 ) -> None:
     log = await SqliteConversationLog.open(str(tmp_path / "b.db"), channel="C")
     ids = ["a", "b", "a", "c", "b", "a"]
-    results: list[Turn | None] = [None] * len(ids)
-
-    async def admit(index: int) -> None:
-        results[index] = await log.admit(message(ids[index], author=f"u{index}"))
-
-    async with anyio.create_task_group() as tg:
-        for index in range(len(ids)):
-            tg.start_soon(admit, index)
+    results = await admit_at_once(log, ids)
     admitted = sorted((turn for turn in results if turn is not None), key=lambda t: t.seq)
     assert sorted(turn.message_id for turn in admitted) == ["a", "b", "c"]
     read = [r for r in await log.read(after_seq=0) if isinstance(r, Turn)]
