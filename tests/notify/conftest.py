@@ -1,4 +1,5 @@
-"""A channel on virtual time: the console provider, a real sender and a real notifier."""
+"""A channel on virtual time (the console provider, a real sender and a real notifier), and a
+fake sender that answers with deliveries, deleted messages and refusals."""
 
 from __future__ import annotations
 
