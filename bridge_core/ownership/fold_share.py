@@ -81,10 +81,10 @@ class FoldShare:
             self.cursor = 0
             self.recent.clear()
 
-    def reads(self, member: str) -> bool:
-        """Whether ``member``'s follow loop is the one that reads the log for the share (it
-        becomes that one if none is): the others' would read what it reads, and only wake
-        the loop for nothing after each commit."""
+    def claim_reading(self, member: str) -> bool:
+        """Make ``member``'s follow loop the one that reads the log for the share if none is;
+        whether it is that one. The others' would read what it reads, and only wake the loop
+        for nothing after each commit."""
         if self._reader is None:
             self._reader = member
         return self._reader == member

@@ -405,7 +405,9 @@ class AgentGroupMember:
             conversation = ready.popleft()
             queue = queues[conversation]
             while not self.delivering:
-                if self._done.is_set():  # the same as _finished, off the usual path
+                # _done, not _finished: mypy keeps _finished narrowed to False from the
+                # outer loop's test, across the awaits that may set it
+                if self._done.is_set():
                     return
                 await anyio.sleep(self.heartbeat_interval / 4)
             turn = queue.popleft()
@@ -520,7 +522,7 @@ class AgentGroupMember:
                 self._expelled = not self._stopping
                 self._finish()
                 return
-            if not share.reads(member):
+            if not share.claim_reading(member):
                 await share.wait_for_change()
                 continue
             try:
