@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -281,7 +281,7 @@ class SQLiteLedgerStore:
         return claimed
 
     async def claim_read(
-        self, rows: Sequence[Obligation], *, now: float
+        self, rows: Sequence[Obligation], *, now: float, begun: Callable[[], None] | None = None
     ) -> list[Obligation | Literal[True] | None]:
         """``claim_many`` of rows as a page read them, for a sweep (ADR 0176): each row is its
         own compare-and-swap on the fence it was read with, as there. A row read ``pending``
@@ -303,7 +303,7 @@ class SQLiteLedgerStore:
                     row.created_at if row.state in _CLAIMABLE_UNHELD else None,
                 )
             )
-        results = await self.writer.call_merged_many(self._claims, items)
+        results = await self.writer.call_merged_many(self._claims, items, begun=begun)
         claimed: list[Obligation | Literal[True] | None] = []
         for result in results:
             if result is True or result is None:  # nearly every row: True

@@ -53,6 +53,7 @@ class _Call(Generic[T]):
     runs on); elsewhere (trio) an anyio event woken through the loop's token."""
 
     __slots__ = (
+        "begun",
         "committing",
         "done",
         "durable",
@@ -82,6 +83,8 @@ class _Call(Generic[T]):
         self.item = item
         self.many = many  # ``item`` is a list of items; the result, a list of their results
         self.durable = durable  # its commit must survive a power cut (``synchronous=FULL``)
+        # called on the caller's loop when its batch begins (``call_merged_many``)
+        self.begun: Callable[[], None] | None = None
         # called on the caller's loop when its batch's COMMIT begins (``queue_merged``)
         self.committing: Callable[[], None] | None = None
         # called on the caller's loop once the batch committed, with the future's result set
@@ -131,16 +134,20 @@ def _wake(calls: list[_Call[Any]]) -> None:
 
 def _schedule_wake(calls: list[_Call[Any]]) -> None:
     """Wake the calls' event loop once, without blocking the writer (asyncio or trio)."""
-    first = calls[0]
+    _call_soon(calls[0], _wake, calls)
+
+
+def _call_soon(call: _Call[Any], fn: Callable[..., object], *args: object) -> None:
+    """Run ``fn(*args)`` on ``call``'s event loop (asyncio or trio), from the writer's thread."""
     try:
-        if first.loop is not None:
-            first.loop.call_soon_threadsafe(_wake, calls)
+        if call.loop is not None:
+            call.loop.call_soon_threadsafe(fn, *args)
         else:
-            assert first.token is not None
-            native: Any = first.token.native_token
-            native.run_sync_soon(_wake, calls)
+            assert call.token is not None
+            native: Any = call.token.native_token
+            native.run_sync_soon(fn, *args)
     except RuntimeError:
-        pass  # that event loop has ended; nobody waits for these results any more
+        pass  # that event loop has ended; nobody waits for this any more
 
 
 class SQLiteWriter:
@@ -202,14 +209,24 @@ class SQLiteWriter:
         return pending.result  # type: ignore[return-value]
 
     async def call_merged_many(
-        self, kind: Merged[I_contra, T], items: Sequence[I_contra], *, durable: bool = True
+        self,
+        kind: Merged[I_contra, T],
+        items: Sequence[I_contra],
+        *,
+        durable: bool = True,
+        begun: Callable[[], None] | None = None,
     ) -> list[T]:
         """Queue ``items`` for ``kind.run_many`` as one call (one wake-up for all of them, in the
         same statements as other callers' items of that kind); returns their results in order
-        (``durable``: as ``call``)."""
+        (``durable``: as ``call``). ``begun`` is called on the caller's event loop once the
+        writer has taken the call's batch and holds it, before its ``BEGIN``: work the caller
+        does from then on runs beside the batch's statements rather than delaying their start."""
         if not items:
+            if begun is not None:
+                begun()
             return []
         call: _Call[list[T]] = _Call(None, kind, list(items), many=True, durable=durable)
+        call.begun = begun
         return await self._submit(call)
 
     def queue_merged(
@@ -305,6 +322,7 @@ class SQLiteWriter:
         # No savepoint per call (two more statements each): when a call raises, the transaction
         # is rolled back and the batch runs again without it. Calls are functions of the
         # connection only, so running one again is safe; errors are rare (bugs, a full disk).
+        _signal_begun(batch)
         units = _units(batch)
         level = "FULL" if any(call.durable for call in batch) else "NORMAL"
         while units:
@@ -375,6 +393,16 @@ class SQLiteWriter:
                     raise
                 return
             self._synchronous = level
+
+
+def _signal_begun(batch: list[_Call[Any]]) -> None:
+    """Tell the callers that asked (``call_merged_many``) that the writer holds their batch:
+    from here the batch needs the GIL only between its statements (ADR 0180)."""
+    for call in batch:
+        begun = call.begun
+        if begun is not None:
+            call.begun = None  # once, even if the batch runs again after a failed call
+            _call_soon(call, begun)
 
 
 def _signal_committing(batch: list[_Call[Any]]) -> None:

@@ -121,11 +121,16 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
         unclaimed.extend(page)
         cursor[0] = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
 
-    async def claim(rows: list[Obligation], now: float) -> None:
-        if claim_read is not None:
-            held[:] = await claim_read(rows, now=now)
-        else:
-            held[:] = await ledger.store.claim_many([(row.id, row.fence) for row in rows], now=now)
+    async def claim(rows: list[Obligation], now: float, begun: anyio.Event) -> None:
+        try:
+            if claim_read is not None:
+                held[:] = await claim_read(rows, now=now, begun=begun.set)
+            else:
+                held[:] = await ledger.store.claim_many(
+                    [(row.id, row.fence) for row in rows], now=now
+                )
+        finally:
+            begun.set()
 
     async def work(todo: Iterator[Ready], group: anyio.abc.TaskGroup, left: int) -> None:
         deliver = ledger._deliver
@@ -222,9 +227,11 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
             held.clear()
             # One commit: the settles of the batch sent last, this batch's claims and, when the
             # rows read run short, the next page; the batch the last commit claimed is sent
-            # meanwhile. Sends start two checkpoints on: the calls are made in the first, and a
-            # store that gathers an event loop iteration's calls (SQLite) hands them to its
-            # writer in the second, so the commit runs during the sends rather than after them.
+            # meanwhile. Sends start once the writer holds the claim's batch (``begun``, SQLite):
+            # until then this loop sleeps, so the writer thread takes the GIL at once instead of
+            # waiting out the sends' Python, and its statements run beside them (ADR 0180).
+            # Without that signal, two checkpoints on: the calls are made in the first, and a
+            # store that gathers an event loop iteration's calls hands them over in the second.
             async with anyio.create_task_group() as group:
                 if done:
                     group.start_soon(settle, done)
@@ -232,11 +239,15 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     group.start_soon(abandon, row, reason, now)
                 if after is not None:
                     group.start_soon(read, after)
+                begun = anyio.Event()
                 if claims:
-                    group.start_soon(claim, [row for row, _, _ in claims], now)
+                    group.start_soon(claim, [row for row, _, _ in claims], now, begun)
                 if ready:
-                    await anyio.lowlevel.checkpoint()
-                    await anyio.lowlevel.checkpoint()
+                    if claims and claim_read is not None:
+                        await begun.wait()
+                    else:
+                        await anyio.lowlevel.checkpoint()
+                        await anyio.lowlevel.checkpoint()
                     todo = iter(ready)  # the workers share it: each row starts in order
                     ready = []
                     async with anyio.create_task_group() as senders:

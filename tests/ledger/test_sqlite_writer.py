@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -194,3 +196,67 @@ async def test_a_claim_race_inside_one_group_commit_has_one_winner(tmp_path: Pat
     winners = [result for result in results if result is not None]
     assert len(winners) == 1 and winners[0] == await store.get("raced")
     await store.aclose()
+
+
+class _Gate:
+    """A merged kind whose statements wait (on the writer's thread) until ``opened`` is set."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+        self.runs = 0
+
+    def run_many(self, conn: sqlite3.Connection, items: Sequence[int]) -> list[int]:
+        self.runs += 1
+        if not self.opened.wait(10):
+            raise TimeoutError("the batch ran before its caller's loop was told it had begun")
+        conn.execute("INSERT INTO t VALUES (?, 'gated')", (items[0],))
+        return [item * 2 for item in items]
+
+
+async def test_begun_reaches_the_callers_loop_once_while_the_batch_still_runs(
+    tmp_path: Path,
+) -> None:
+    """The sweep sends its last batch once the writer has begun the next claim (ADR 0180):
+    ``begun`` must come while that batch runs, and once, though the batch runs again without
+    a call that failed in it."""
+    writer = SQLiteWriter(str(tmp_path / "w.db"), setup=_setup)
+    await writer.start()
+    gate = _Gate()
+    told: list[str] = []
+    results: list[object] = []
+
+    def begun() -> None:
+        told.append("begun")
+        gate.opened.set()
+
+    async def gated() -> None:
+        results.append(await writer.call_merged_many(gate, [1, 2, 3], begun=begun))
+
+    async def failing() -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            raise ValueError("fails: its batch runs again without it")
+
+        with pytest.raises(ValueError, match="runs again"):
+            await writer.call(run)
+
+    release = threading.Event()
+
+    async def hold() -> None:  # keeps the writer busy until both calls are queued
+        await writer.call(lambda conn: release.wait(10))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(hold)
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(gated)
+        await anyio.wait_all_tasks_blocked()  # queued first: it runs before the failing call
+        group.start_soon(failing)
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert results == [[2, 4, 6]] and told == ["begun"]
+    assert gate.runs == 2  # the batch ran again without the failing call
+    assert await writer.call(lambda conn: conn.execute("SELECT k FROM t").fetchall()) == [(1,)]
+
+    nothing: list[str] = []
+    assert await writer.call_merged_many(gate, [], begun=lambda: nothing.append("begun")) == []
+    assert nothing == ["begun"]  # nothing to queue: told at once
+    await writer.stop()
