@@ -281,7 +281,12 @@ class SQLiteLedgerStore:
         return claimed
 
     async def claim_read(
-        self, rows: Sequence[Obligation], *, now: float, begun: Callable[[], None] | None = None
+        self,
+        rows: Sequence[Obligation],
+        *,
+        now: float,
+        begun: Callable[[], None] | None = None,
+        committing: Callable[[], None] | None = None,
     ) -> list[Obligation | Literal[True] | None]:
         """``claim_many`` of rows as a page read them, for a sweep (ADR 0176): each row is its
         own compare-and-swap on the fence it was read with, as there. A row read ``pending``
@@ -290,7 +295,8 @@ class SQLiteLedgerStore:
         back ``True``: claimed, and the row after the claim is ``claimed_row(row, row.fence,
         owner, now)``, which the caller builds only if it needs it (nothing of it is built or
         remembered here). A row read ``attempting`` comes back as the row the claim left, or
-        ``None`` (as every row not claimed)."""
+        ``None`` (as every row not claimed). ``begun`` and ``committing``: the writer's
+        signals for the claim's batch (``SQLiteWriter.call_merged_many``)."""
         items: list[ClaimItem] = []
         forget = self._known.pop
         for row in rows:
@@ -303,7 +309,9 @@ class SQLiteLedgerStore:
                     row.created_at if row.state in _CLAIMABLE_UNHELD else None,
                 )
             )
-        results = await self.writer.call_merged_many(self._claims, items, begun=begun)
+        results = await self.writer.call_merged_many(
+            self._claims, items, begun=begun, committing=committing
+        )
         claimed: list[Obligation | Literal[True] | None] = []
         for result in results:
             if result is True or result is None:  # nearly every row: True

@@ -215,18 +215,24 @@ class SQLiteWriter:
         *,
         durable: bool = True,
         begun: Callable[[], None] | None = None,
+        committing: Callable[[], None] | None = None,
     ) -> list[T]:
         """Queue ``items`` for ``kind.run_many`` as one call (one wake-up for all of them, in the
         same statements as other callers' items of that kind); returns their results in order
-        (``durable``: as ``call``). ``begun`` is called on the caller's event loop once the
-        writer has taken the call's batch and holds it, before its ``BEGIN``: work the caller
-        does from then on runs beside the batch's statements rather than delaying their start."""
+        (``durable``: as ``call``).
+
+        Two hints for a caller with Python to run beside the batch (ADR 0180), neither saying
+        anything of the outcome: ``begun`` is called on the caller's event loop (asyncio or
+        trio) once the writer holds the call's batch, before its ``BEGIN``; ``committing`` (on
+        asyncio only, as ``queue_merged``'s) as the batch's ``COMMIT`` begins, whose fsync runs
+        without the GIL. With no items, ``begun`` is called at once and nothing queued."""
         if not items:
             if begun is not None:
                 begun()
             return []
         call: _Call[list[T]] = _Call(None, kind, list(items), many=True, durable=durable)
         call.begun = begun
+        call.committing = committing
         return await self._submit(call)
 
     def queue_merged(

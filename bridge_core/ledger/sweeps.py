@@ -66,6 +66,16 @@ row is the claim's own)."""
 Sent = tuple[str, int, MessageRef, bool]
 """A row whose last part went out, to settle: its id, the fence it is held at, the last
 part's ref, whether it was marked."""
+Batch = tuple[
+    float,
+    list[tuple[Obligation, bool, bool]],
+    list[tuple[Obligation, str]],
+    tuple[float, str] | None,
+    list[Sent],
+]
+"""A batched sweep's next commit: its time, the rows to claim (as read, marked, poster alive),
+the rows to abandon and why, where the next page starts (``None``: no read), the sends to
+settle."""
 # the last part went out and the caller settles it (a batched sweep): told apart by identity
 SENT = Outcome(SweepOutcome.DELIVERED)
 
@@ -114,23 +124,29 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
         counts["abandoned" if gone is not None else "skipped"] += 1
         counts["claimed"] += gone is not None
 
-    async def read(after: tuple[float, str]) -> None:
+    async def read(after: tuple[float, str], read: anyio.Event) -> None:
         page = await ledger.store.candidates(
             dataclasses.replace(scope, after=after), now=ledger._clock()
         )
         unclaimed.extend(page)
         cursor[0] = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
+        read.set()
 
-    async def claim(rows: list[Obligation], now: float, begun: anyio.Event) -> None:
+    async def claim(
+        rows: list[Obligation], now: float, begun: anyio.Event, committing: anyio.Event
+    ) -> None:
         try:
             if claim_read is not None:
-                held[:] = await claim_read(rows, now=now, begun=begun.set)
+                held[:] = await claim_read(
+                    rows, now=now, begun=begun.set, committing=committing.set
+                )
             else:
                 held[:] = await ledger.store.claim_many(
                     [(row.id, row.fence) for row in rows], now=now
                 )
         finally:
             begun.set()
+            committing.set()
 
     async def work(todo: Iterator[Ready], group: anyio.abc.TaskGroup, left: int) -> None:
         deliver = ledger._deliver
@@ -191,37 +207,46 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     cursor: list[tuple[float, str] | None] = [
         (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
     ]
-    claims: list[tuple[Obligation, bool, bool]] = []  # row as read, marked, poster alive
     todo: Iterator[Ready] = iter(())
     sending = ledger._sending
     schedule = ledger.schedule
+
+    def choose() -> Batch:
+        """The next commit's work: the next batch's claims (each row's verdict taken now) and
+        abandons, the next page's start when the rows read run short, the sends to settle."""
+        now = ledger._clock()
+        claims: list[tuple[Obligation, bool, bool]] = []
+        abandons: list[tuple[Obligation, str]] = []
+        # Nothing awaits in this loop, so whether a platform is connected is asked once a batch
+        # per platform, and the store's owner read once.
+        connected: dict[str, bool] = {}
+        me = ledger.store.owner
+        while unclaimed and len(claims) < size:
+            row = unclaimed.popleft()
+            up = connected.get(row.platform)
+            if up is None:
+                up = connected[row.platform] = bool(ledger._connected(row.platform))
+            if not up or row.id in sending:
+                counts["skipped"] += 1
+                continue
+            verdict = verdict_at_claim(row, now=now, schedule=schedule)
+            if isinstance(verdict, Abandon):
+                abandons.append((row, verdict.reason))
+                continue
+            claims.append((row, verdict.marked, row.owner == me))
+            sending.add(row.id)
+        after = cursor[0] if len(unclaimed) < size else None
+        cursor[0] = None if after is not None else cursor[0]
+        done = sent[:]
+        sent.clear()
+        return now, claims, abandons, after, done
+
+    chosen: Batch | None = None  # chosen while the last commit synced the file
+    claims: list[tuple[Obligation, bool, bool]] = []  # row as read, marked, poster alive
     try:
         while True:
-            now = ledger._clock()
-            claims = []
-            abandons: list[tuple[Obligation, str]] = []
-            # Nothing awaits in this loop, so whether a platform is connected is asked once
-            # a batch per platform, and the store's owner read once.
-            connected: dict[str, bool] = {}
-            me = ledger.store.owner
-            while unclaimed and len(claims) < size:
-                row = unclaimed.popleft()
-                up = connected.get(row.platform)
-                if up is None:
-                    up = connected[row.platform] = bool(ledger._connected(row.platform))
-                if not up or row.id in sending:
-                    counts["skipped"] += 1
-                    continue
-                verdict = verdict_at_claim(row, now=now, schedule=schedule)
-                if isinstance(verdict, Abandon):
-                    abandons.append((row, verdict.reason))
-                    continue
-                claims.append((row, verdict.marked, row.owner == me))
-                sending.add(row.id)
-            after = cursor[0] if len(unclaimed) < size else None
-            cursor[0] = None if after is not None else cursor[0]
-            done = sent[:]
-            sent.clear()
+            now, claims, abandons, after, done = chosen if chosen is not None else choose()
+            chosen = None
             if not (claims or abandons or after or done or ready):
                 break
             held.clear()
@@ -237,11 +262,14 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     group.start_soon(settle, done)
                 for row, reason in abandons:
                     group.start_soon(abandon, row, reason, now)
+                read_done = anyio.Event()
                 if after is not None:
-                    group.start_soon(read, after)
-                begun = anyio.Event()
+                    group.start_soon(read, after, read_done)
+                else:
+                    read_done.set()
+                begun, committing = anyio.Event(), anyio.Event()
                 if claims:
-                    group.start_soon(claim, [row for row, _, _ in claims], now, begun)
+                    group.start_soon(claim, [row for row, _, _ in claims], now, begun, committing)
                 if ready:
                     if claims and claim_read is not None:
                         await begun.wait()
@@ -252,6 +280,13 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     ready = []
                     async with anyio.create_task_group() as senders:
                         senders.start_soon(work, todo, senders, ledger.schedule.concurrency - 1)
+                if claims and claim_read is not None:
+                    # The next batch is chosen while this commit's fsync runs without the GIL
+                    # (ADR 0180), not after the commit, while the writer would wait for it. It
+                    # is only chosen: its claims go to the writer after this commit, as before.
+                    await committing.wait()
+                    if read_done.is_set():
+                        chosen = choose()
             for (row, marked, poster_alive), claimed in zip(claims, held, strict=True):
                 if claimed is True:  # claimed as read
                     ready.append((row, marked, poster_alive, now))
@@ -264,6 +299,9 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     finally:
         # cancelled or failed: rows claimed, sent but not settled, or never sent, are not being
         # sent now (a claimed row left unsent is resent, labelled, by the next sweep or start)
+        if chosen is not None:  # chosen, never claimed
+            claims = claims + chosen[1]
+            sent.extend(chosen[4])
         for row, _, _ in claims:
             ledger._sending.discard(row.id)
         for claimed, _, _, _ in (*ready, *todo):  # claimed, never started

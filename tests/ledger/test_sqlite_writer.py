@@ -213,12 +213,13 @@ class _Gate:
         return [item * 2 for item in items]
 
 
-async def test_begun_reaches_the_callers_loop_once_while_the_batch_still_runs(
-    tmp_path: Path,
+async def test_begun_and_committing_reach_the_callers_loop_once_while_the_batch_runs(
+    tmp_path: Path, anyio_backend: str
 ) -> None:
-    """The sweep sends its last batch once the writer has begun the next claim (ADR 0180):
-    ``begun`` must come while that batch runs, and once, though the batch runs again without
-    a call that failed in it."""
+    """The sweep sends its last batch once the writer has begun the next claim, and chooses
+    its next batch once that claim's COMMIT begins (ADR 0180): ``begun`` must come while the
+    batch runs, each hint once, though the batch runs again without a call that failed in
+    it, and both before the results."""
     writer = SQLiteWriter(str(tmp_path / "w.db"), setup=_setup)
     await writer.start()
     gate = _Gate()
@@ -230,7 +231,11 @@ async def test_begun_reaches_the_callers_loop_once_while_the_batch_still_runs(
         gate.opened.set()
 
     async def gated() -> None:
-        results.append(await writer.call_merged_many(gate, [1, 2, 3], begun=begun))
+        results.append(
+            await writer.call_merged_many(
+                gate, [1, 2, 3], begun=begun, committing=lambda: told.append("committing")
+            )
+        )
 
     async def failing() -> None:
         def run(conn: sqlite3.Connection) -> None:
@@ -252,7 +257,8 @@ async def test_begun_reaches_the_callers_loop_once_while_the_batch_still_runs(
         group.start_soon(failing)
         await anyio.wait_all_tasks_blocked()
         release.set()
-    assert results == [[2, 4, 6]] and told == ["begun"]
+    assert results == [[2, 4, 6]]
+    assert told == (["begun", "committing"] if anyio_backend == "asyncio" else ["begun"])
     assert gate.runs == 2  # the batch ran again without the failing call
     assert await writer.call(lambda conn: conn.execute("SELECT k FROM t").fetchall()) == [(1,)]
 
