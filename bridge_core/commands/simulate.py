@@ -412,15 +412,9 @@ def run_simulation(
             group.cancel_scope.cancel()
         await provider.aclose()
 
-    # Ctrl-C is raised at the main task's next checkpoint, never in the middle of a cancel
-    # scope's exit: raised there at random, it corrupted Trio's scope stack once in CI (a
-    # "misnesting" RuntimeError instead of the one-line interrupt). Lines at one time go in
-    # without a checkpoint, so it waits for the next later line.
-    trio.run(
-        main,
-        clock=trio.testing.MockClock(autojump_threshold=0),
-        restrict_keyboard_interrupt_to_checkpoints=True,
-    )
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    # Ctrl-C only at a checkpoint: raised anywhere, it once broke Trio's cancel scope stack.
+    trio.run(main, clock=clock, restrict_keyboard_interrupt_to_checkpoints=True)
     if progress is not None and task is not None:
         progress.update(task, completed=replayed)
     entries = read_transcript(transcript) if transcript.exists() else []
