@@ -124,13 +124,13 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
         counts["abandoned" if gone is not None else "skipped"] += 1
         counts["claimed"] += gone is not None
 
-    async def read(after: tuple[float, str], read: anyio.Event) -> None:
+    async def read(after: tuple[float, str], read_done: anyio.Event) -> None:
         page = await ledger.store.candidates(
             dataclasses.replace(scope, after=after), now=ledger._clock()
         )
         unclaimed.extend(page)
         cursor[0] = (page[-1].created_at, page[-1].id) if len(page) >= scope.limit else None
-        read.set()
+        read_done.set()
 
     async def claim(
         rows: list[Obligation], now: float, begun: anyio.Event, committing: anyio.Event
