@@ -412,16 +412,14 @@ def _signal_begun(batch: list[_Call[Any]]) -> None:
 
 
 def _signal_committing(batch: list[_Call[Any]]) -> None:
-    """Tell the callers that asked (``queue_merged``) that their COMMIT begins: while its fsync
-    runs, without the GIL, their loop can make ready what waits for the outcome (ADR 0164)."""
+    """Tell the callers that asked (``queue_merged``, ``call_merged_many``) that their COMMIT
+    begins: while its fsync runs, without the GIL, their loop can make ready what waits for
+    the outcome (ADR 0164, 0180). Asyncio callers only, as documented there."""
     for call in batch:
         committing = call.committing
         if committing is not None and call.loop is not None:
             call.committing = None  # once, even if the batch runs again after a failed call
-            try:
-                call.loop.call_soon_threadsafe(committing)
-            except RuntimeError:
-                pass  # that event loop has ended
+            _call_soon(call, committing)
 
 
 def _units(batch: list[_Call[Any]]) -> list[list[_Call[Any]]]:

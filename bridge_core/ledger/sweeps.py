@@ -268,10 +268,11 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                 else:
                     read_done.set()
                 begun, committing = anyio.Event(), anyio.Event()
+                hinted = bool(claims) and claim_read is not None  # the writer signals both
                 if claims:
                     group.start_soon(claim, [row for row, _, _ in claims], now, begun, committing)
                 if ready:
-                    if claims and claim_read is not None:
+                    if hinted:
                         await begun.wait()
                     else:
                         await anyio.lowlevel.checkpoint()
@@ -280,7 +281,7 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
                     ready = []
                     async with anyio.create_task_group() as senders:
                         senders.start_soon(work, todo, senders, ledger.schedule.concurrency - 1)
-                if claims and claim_read is not None:
+                if hinted:
                     # The next batch is chosen while this commit's fsync runs without the GIL
                     # (ADR 0180), not after the commit, while the writer would wait for it. It
                     # is only chosen: its claims go to the writer after this commit, as before.
@@ -299,9 +300,10 @@ async def sweep_in_pages(ledger: DeliveryLedger, scope: Scope) -> SweepReport:
     finally:
         # cancelled or failed: rows claimed, sent but not settled, or never sent, are not being
         # sent now (a claimed row left unsent is resent, labelled, by the next sweep or start)
-        if chosen is not None:  # chosen, never claimed
-            claims = claims + chosen[1]
-            sent.extend(chosen[4])
+        if chosen is not None:  # chosen, never claimed: its rows and its sends to settle
+            _, chosen_claims, _, _, unsettled = chosen
+            claims = claims + chosen_claims
+            sent.extend(unsettled)
         for row, _, _ in claims:
             ledger._sending.discard(row.id)
         for claimed, _, _, _ in (*ready, *todo):  # claimed, never started
