@@ -20,11 +20,20 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["HEADER", "Figure", "format_number", "load_now", "print_table", "rows", "table"]
+__all__ = [
+    "HEADER",
+    "Figure",
+    "best_of_rounds",
+    "format_number",
+    "load_now",
+    "print_table",
+    "rows",
+    "table",
+]
 
 
 def load_now() -> float:
@@ -93,6 +102,15 @@ def format_number(value: float | None) -> str:
     if magnitude >= 1:
         return f"{value:.2f}"
     return f"{value:.3g}"
+
+
+def best_of_rounds(what: str, rounds: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The highest of each rate over ``rounds`` (a figure and its floors, each measured once a
+    round), every round printed: on a shared machine a disturbance only ever slows a round, so
+    the best round of each side is the machine's own figure."""
+    for key in rounds[0]:
+        print(f"{what}, {key}, rounds: " + ", ".join(format_number(r[key]) for r in rounds))
+    return {key: max(r[key] for r in rounds) for key in rounds[0]}
 
 
 def _target(figure: Figure) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _figures import Figure, print_table
+from _figures import Figure, best_of_rounds, print_table
 
 from bridge_core.ledger import Delivery, DeliveryLedger, Reply, open_store
 from bridge_core.ledger.rows import new_row
@@ -195,8 +195,9 @@ the provider, notifier and HTTP benchmarks take theirs. On this shared machine, 
 by a third from one run to the next; every round is printed."""
 
 
-async def sqlite_round(folder: Path, replies: int, in_flight: int) -> dict[str, float]:
-    """One round of the SQLite ``submit`` figures and their floors, in ``folder``."""
+async def sqlite_round(folder: Path, replies: int, in_flight: int) -> tuple[dict[str, float], int]:
+    """One round of the SQLite ``submit`` figures and their floors, in ``folder``; and the
+    statements the ledger's writer put in one group commit on average."""
     store = await open_store(folder / "bench.db")
     assert isinstance(store, SQLiteLedgerStore)
     await submit_rate(store, replies=min(2000, replies), in_flight=in_flight, tag="warm")
@@ -210,44 +211,35 @@ async def sqlite_round(folder: Path, replies: int, in_flight: int) -> dict[str, 
     return {
         "submit": rate,
         "at_turn": at_turn,
-        "per_commit": per_commit,
         "floor": sqlite_floor(folder / "floor.db", replies=replies, per_commit=per_commit_turn),
         "merged": sqlite_floor_merged(folder / "merged.db", replies=replies, per_commit=per_commit),
         "merged3": sqlite_floor_merged(
             folder / "merged3.db", replies=replies, per_commit=per_commit, claimed_at_record=False
         ),
         "floor_one": sqlite_floor(folder / "floor1.db", replies=min(replies, 2000), per_commit=3),
-    }
-
-
-def _rounds(values: list[float]) -> str:
-    return "rounds " + ", ".join(f"{value:,.0f}" for value in values)
+    }, per_commit
 
 
 async def bench_sqlite(folder: Path, replies: int, in_flight: int, rounds: int) -> list[Figure]:
-    taken: list[dict[str, float]] = []
+    taken: list[tuple[dict[str, float], int]] = []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(dir=folder) as here:
             taken.append(await sqlite_round(Path(here), replies, in_flight))
-    best = {key: max(round_[key] for round_ in taken) for key in taken[0]}
+    best = best_of_rounds("SQLite", [measured for measured, _ in taken])
     rate, at_turn, floor, merged = best["submit"], best["at_turn"], best["floor"], best["merged"]
-    print(f"SQLite, the best of {rounds} round(s) on each side:")
+    per_commit = ", ".join(str(per) for _, per in taken)
     print(
         f"SQLite  submit (record+claim+delivered): {rate:10,.0f} replies/s "
-        f"({in_flight} in flight, {taken[0]['per_commit']:.0f} statements per group commit on "
-        f"average; {_rounds([r['submit'] for r in taken])})"
+        f"({in_flight} in flight, {per_commit} statements per group commit on average)"
     )
-    print(
-        f"SQLite  the same, claimed at the turn (the gateway's way): {at_turn:10,.0f} replies/s "
-        f"({_rounds([r['at_turn'] for r in taken])})"
-    )
+    print(f"SQLite  the same, claimed at the turn (the gateway's way): {at_turn:10,.0f} replies/s")
     print(
         f"SQLite  floor, single-row statements, same batching:{floor:10,.0f} replies/s  "
-        f"ratio {rate / floor:.2f} ({_rounds([r['floor'] for r in taken])})"
+        f"ratio {rate / floor:.2f}"
     )
     print(
         f"SQLite  floor, the ledger's multi-row statements:   {merged:10,.0f} replies/s  "
-        f"ratio {rate / merged:.2f} ({_rounds([r['merged'] for r in taken])})"
+        f"ratio {rate / merged:.2f}"
     )
     print(
         f"SQLite  the same, recorded, claimed, settled (three): {best['merged3']:8,.0f} "

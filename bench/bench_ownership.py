@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 import xxhash
-from _figures import Figure, print_table
+from _figures import Figure, best_of_rounds, print_table
 
 from bridge_core.conversation import Join, Leave, LeaveReason, Turn
 from bridge_core.ownership import AgentGroupMember, GroupView, member_seed
@@ -222,12 +222,6 @@ def main() -> None:
     print_table(measure(turns=args.turns, redis_url=args.redis, rounds=max(1, args.rounds)))
 
 
-def _best(rounds: list[tuple[float, float]], what: str) -> tuple[float, float]:
-    """The best round of each side (``ROUNDS``), every round printed."""
-    print(f"{what}, rounds (ours / floor): " + ", ".join(f"{a:,.0f} / {b:,.0f}" for a, b in rounds))
-    return max(ours for ours, _ in rounds), max(floor for _, floor in rounds)
-
-
 def measure(*, turns: int, redis_url: str, rounds: int = ROUNDS) -> list[Figure]:
     found: list[Figure] = []
     print("owner decision per turn (GroupView.owner; floor = bare xxh3 per member)")
@@ -278,7 +272,7 @@ def measure(*, turns: int, redis_url: str, rounds: int = ROUNDS) -> list[Figure]
         )
     )
 
-    async def redis_round() -> tuple[float, float]:
+    async def redis_round() -> dict[str, float]:
         from bridge_core.ownership.redis_log import RedisConversationLog
 
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
@@ -295,9 +289,10 @@ def measure(*, turns: int, redis_url: str, rounds: int = ROUNDS) -> list[Figure]
         if keys:
             await client.delete(*keys)
         await client.aclose()
-        return ours, floor
+        return {"ours": ours, "floor": floor}
 
-    ours, floor = _best([asyncio.run(redis_round()) for _ in range(rounds)], "Redis log")
+    best = best_of_rounds("Redis log", [asyncio.run(redis_round()) for _ in range(rounds)])
+    ours, floor = best["ours"], best["floor"]
     print(
         f"Redis log, {turns} turns, {WRITERS} writers -> 3 members: {ours:8.0f} turns/s   "
         f"raw XADD/XREAD floor {floor:8.0f} /s   ratio {ours / floor:4.2f}"
@@ -336,7 +331,7 @@ def measure(*, turns: int, redis_url: str, rounds: int = ROUNDS) -> list[Figure]
 
     from bridge_core.ownership.sqlite_log import SqliteConversationLog
 
-    def sqlite_round() -> tuple[float, float, int]:
+    def sqlite_round() -> tuple[dict[str, float], int]:
         with tempfile.TemporaryDirectory() as tmp:
             path = str(Path(tmp) / "bridge.db")
             handles: list[SqliteConversationLog] = []
@@ -352,11 +347,12 @@ def measure(*, turns: int, redis_url: str, rounds: int = ROUNDS) -> list[Figure]
             batch = max(1, round(turns / max(1, commits)))
             floor = raw_sqlite(str(Path(tmp) / "raw.db"), turns, batch)
             asyncio.run(handles[0].aclose())
-        return ours, floor, batch
+        return {"ours": ours, "floor": floor}, batch
 
     taken = [sqlite_round() for _ in range(rounds)]
-    ours, floor = _best([(ours, floor) for ours, floor, _ in taken], "SQLite log")
-    batch = max(taken, key=lambda round_: round_[1])[2]  # the best floor's batches
+    best = best_of_rounds("SQLite log", [measured for measured, _ in taken])
+    ours, floor = best["ours"], best["floor"]
+    batch = max(taken, key=lambda round_: round_[0]["floor"])[1]  # the best floor's batches
     print(
         f"SQLite log (WAL, synchronous=FULL), {turns} turns -> 3 members: {ours:8.0f} "
         f"turns/s   bare INSERT floor (batches of {batch}) {floor:8.0f} /s   "
