@@ -5,12 +5,15 @@ Each post, edit and probe is exactly one HTTP request under one deadline (``call
 429 surfaces at once as ``RateLimited`` with Discord's retry-after, a 5xx or a lost connection as
 ``TransportError``, and the core's sender, not an SDK, decides what waits and what is resent
 (ADR 0066). A call cut off by the deadline leaves nothing behind, so the next one goes out.
-Every create still carries a fresh ``nonce`` with ``enforce_nonce``: a proxy that resends a
-create gets the first message back instead of a second.
+Every create carries a ``nonce`` with ``enforce_nonce``: Discord answers a create whose nonce it
+saw from the bot in the past few minutes with that first message instead of posting a second.
+A ledger reply's part takes its nonce from the core's ``post_key()`` (``nonce``), so the ledger's
+own resend of a part whose answer was lost finds the first message; other posts take a fresh one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from typing import Any
@@ -32,6 +35,7 @@ from bridge_core import (
     mapped_call,
     measure,
     neutralise_mass_mentions,
+    post_key,
 )
 from bridge_discord.client import BridgeClient
 from bridge_discord.errors import map_exception
@@ -54,6 +58,12 @@ _INTENTS_ADVICE = (
 # client now, under our own deadline.
 _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
 _NO_MENTIONS: dict[str, Any] = {"parse": []}
+
+
+def nonce(key: str) -> str:
+    """The create's nonce for the idempotency ``key`` (25 characters, Discord's most): the same
+    key gives the same nonce in every process, so Discord recognises a resend."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:25]
 
 
 class DiscordProvider(ChatProvider):
@@ -169,9 +179,7 @@ class DiscordProvider(ChatProvider):
         body = {
             "content": text,
             "allowed_mentions": _NO_MENTIONS,
-            # A fresh nonce per call: Discord returns the first message for a repeated nonce,
-            # so a create resent by anything between us and Discord cannot post twice.
-            "nonce": secrets.token_hex(12),
+            "nonce": nonce(key) if (key := post_key()) is not None else secrets.token_hex(12),
             "enforce_nonce": True,
         }
         try:

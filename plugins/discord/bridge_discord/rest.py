@@ -57,6 +57,9 @@ class DiscordRest:
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
                 headers={"User-Agent": _user_agent()},
             )
+            # aiohttp sends a GET or PUT again by itself when a kept-alive connection drops;
+            # one request per call (its own test_utils turns this off too)
+            self._session._retry_connection = False
         return self._session
 
     async def request(

@@ -18,6 +18,7 @@ from bridge_core import (
     RateLimited,
     TransportError,
     Unreachable,
+    posting_with_key,
 )
 from bridge_core.testing import Reply
 
@@ -71,6 +72,24 @@ async def test_each_post_has_its_own_nonce(
     assert first.message_id != second.message_id
     nonces = {r.json["nonce"] for r in fake.requests_to("create_message")}
     assert len(nonces) == 2
+
+
+async def test_a_ledger_part_resent_after_a_lost_answer_finds_the_first_message(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    # The create reached Discord but its answer was lost; the ledger resends the part under the
+    # same post_key, whose nonce Discord has seen: the first message comes back, no second.
+    fake.lose_responses(1)
+    with posting_with_key("obligation-42:0"), pytest.raises(TransportError):
+        await provider.post(str(channel), "part one")
+    with posting_with_key("obligation-42:0"):
+        ref = await provider.post(str(channel), "part one")
+    assert [m["id"] for m in fake.messages_in(channel)] == [ref.message_id]
+    first, second = (r.json["nonce"] for r in fake.requests_to("create_message"))
+    assert first == second and len(first) == 25
+    with posting_with_key("obligation-42:1"):
+        await provider.post(str(channel), "part two")
+    assert len(fake.messages_in(channel)) == 2  # another part, another nonce
 
 
 async def test_short_429_surfaces_at_once(
@@ -286,6 +305,18 @@ async def test_probe(fake: FakeDiscord, provider: DiscordProvider, channel: int)
     fake.channels[channel].visible = False
     assert await provider.probe(str(channel)) is False
     assert await provider.probe("444444444444444444") is False
+
+
+async def test_a_probe_whose_connection_drops_is_one_request(
+    fake: FakeDiscord, provider: DiscordProvider, channel: int
+) -> None:
+    # A GET, which aiohttp would send again by itself on a dropped connection: the REST
+    # session turns that off.
+    assert await provider.probe(str(channel)) is True  # a kept-alive connection to lose
+    fake.script("get_channel", Reply.dropped())
+    with pytest.raises(TransportError):
+        await provider.probe(str(channel))
+    assert fake.count("get_channel") == 2
 
 
 async def test_wrong_token_is_unreachable_and_never_shown(

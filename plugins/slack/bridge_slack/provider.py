@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -67,6 +67,24 @@ def escape_slack(text: str) -> str:
     return neutralise_mass_mentions(escaped)
 
 
+class _NoRedirects:
+    """The provider's session as slack-sdk uses it (``request`` and ``closed``), with redirects
+    off: aiohttp follows a 307 or 308 by sending the POST again, a second request at Slack. A
+    redirect comes back as an answer, which ``map_error`` reads as a ``TransportError``."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    @property
+    def closed(self) -> bool:
+        return self._session.closed
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        return self._session.request(method, url, allow_redirects=False, **kwargs)
+
+
 class SlackProvider(ChatProvider):
     """One Slack bot profile. Build it through the plugin's factory or directly with settings."""
 
@@ -97,6 +115,9 @@ class SlackProvider(ChatProvider):
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._settings.timeout)
             )
+            # aiohttp sends a GET (conversations.info) again by itself when a kept-alive
+            # connection drops; one request per call (its own test_utils turns this off too)
+            self._session._retry_connection = False
             self._client = None
         return self._session
 
@@ -105,7 +126,7 @@ class SlackProvider(ChatProvider):
             self._client = AsyncWebClient(
                 token=self._settings.bot_token.get_secret_value(),
                 base_url=self._base_url,
-                session=self.session(),
+                session=cast(aiohttp.ClientSession, _NoRedirects(self.session())),
                 timeout=int(max(1, self._settings.timeout)),
                 retry_handlers=[],
             )
@@ -294,7 +315,7 @@ class SlackProvider(ChatProvider):
         client = AsyncWebClient(
             token=self._settings.app_token.get_secret_value(),
             base_url=self._base_url,
-            session=self.session(),
+            session=cast(aiohttp.ClientSession, _NoRedirects(self.session())),
             retry_handlers=[],
         )
         data = await self._call("apps.connections.open", None, client=client)

@@ -236,6 +236,29 @@ async def test_probe_reads_conversations_info(
     assert request.method == "GET" and request.query["channel"] == "C0GENERAL"
 
 
+async def test_a_probe_whose_connection_drops_is_one_request(
+    provider: SlackProvider, fake_slack: FakeSlack
+) -> None:
+    # conversations.info is a GET, which aiohttp would send again by itself on a dropped
+    # connection: the provider's session turns that off.
+    async with provider:
+        await provider.probe("C0GENERAL")  # a kept-alive connection to lose
+        fake_slack.script("conversations.info", Reply.dropped())
+        with pytest.raises(TransportError):
+            await provider.probe("C0GENERAL")
+    assert fake_slack.count("conversations.info") == 2
+
+
+async def test_a_redirect_is_not_followed(provider: SlackProvider, fake_slack: FakeSlack) -> None:
+    # aiohttp would send the POST again at a 307's Location: one request, a TransportError.
+    location = fake_slack.api_url + "chat.postMessage"
+    fake_slack.script("chat.postMessage", Reply(status=307, headers={"Location": location}))
+    async with provider:
+        with pytest.raises(TransportError, match="HTTP 307"):
+            await provider.post("C0GENERAL", "moved")
+    assert fake_slack.count("chat.postMessage") == 1
+
+
 async def test_identity_asks_auth_test_once(provider: SlackProvider, fake_slack: FakeSlack) -> None:
     async with provider:
         assert provider.own_ids() == (None, None)

@@ -5,6 +5,7 @@ raises them as ``ErrorResponseException`` (``.response`` is the ``requests.Respo
 
     429 Throttled (Retry-After)                           -> RateLimited(retry_after)
     412 PreconditionFailed, 502, 503, 504, network        -> TransportError (retry with backoff)
+    3xx (a redirect, not followed: a POST would repeat)   -> TransportError
     500 ServiceError on a post                            -> MessageRejected (Microsoft: do not
                                                              retry; it may have been posted)
     500 on an edit                                        -> TransportError (a PUT is idempotent)
@@ -15,6 +16,8 @@ raises them as ``ErrorResponseException`` (``.response`` is the ``requests.Respo
     413 MessageSizeTooBig, 400, 422 (the body)            -> MessageRejected
     401, other 4xx                                        -> Unreachable
     token service refusing the app id and password        -> Unreachable
+    token service throttling (429, Retry-After)           -> RateLimited(retry_after)
+    token service 408, 5xx, network                       -> TransportError
 
 ``MessageRejected`` (ADR 0017) drops that one message and keeps the channel: a refused body, or a
 post that must not be sent again, says nothing about the next message. A 500 on a post belongs
@@ -91,6 +94,8 @@ def map_error(
         return RateLimited(
             f"Teams throttled {where} ({detail})", retry_after=retry_after_header(headers)
         )
+    if 300 <= status < 400:
+        return TransportError(f"Teams answered {where} with a redirect ({detail}), not followed")
     if code in ERROR_CODES:
         kind, meaning = ERROR_CODES[code]
         return kind(f"Teams refused {where}: {meaning} ({detail})")
@@ -124,7 +129,9 @@ def map_exception(error: BaseException, *, operation: Operation, where: str) -> 
     if isinstance(error, ProviderError):
         return error
     if isinstance(error, CredentialsError):
-        if error.status is None or error.status >= 500:
+        if error.status == 429:
+            return RateLimited(f"Teams {where}: {error}", retry_after=error.retry_after)
+        if error.status is None or error.status >= 500 or error.status == 408:
             return TransportError(f"Teams {where}: {error}")
         return Unreachable(f"Teams {where}: {error}; check app_id and app_password")
     if isinstance(error, HttpOperationError):

@@ -41,7 +41,7 @@ from botframework.connector.auth import AppCredentials  # type: ignore[import-un
 from msrest.exceptions import HttpOperationError
 from urllib3.util.retry import Retry
 
-from bridge_core import TransportError
+from bridge_core import TransportError, retry_after_header
 from bridge_teams.settings import DEFAULT_SCOPE
 
 __all__ = [
@@ -55,11 +55,15 @@ __all__ = [
 
 
 class CredentialsError(Exception):
-    """The token service refused the app id and password (``status`` is its HTTP status)."""
+    """The token service gave no token: ``status`` is its HTTP status (``None`` when it was not
+    reached), ``retry_after`` the seconds its ``Retry-After`` asked for, if any."""
 
-    def __init__(self, message: str, *, status: int | None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
 
 
 def message_activity(text: str, *, activity_id: str | None = None) -> Activity:
@@ -137,10 +141,13 @@ class ClientCredentials(AppCredentials):  # type: ignore[misc]
                     reason = str(response.json().get("error", "unknown"))
                 except ValueError:
                     reason = "unreadable answer"
+                # Entra ID throttles with 429 and Retry-After: a wait, not a refusal of the app
+                verb = "throttled" if response.status_code == 429 else "refused"
                 raise CredentialsError(
-                    f"token service refused app {self.microsoft_app_id!r} "
+                    f"token service {verb} app {self.microsoft_app_id!r} "
                     f"(HTTP {response.status_code}, {reason})",
                     status=response.status_code,
+                    retry_after=retry_after_header(response.headers),
                 )
             body = response.json()
             self._token = str(body["access_token"])
@@ -149,8 +156,9 @@ class ClientCredentials(AppCredentials):  # type: ignore[misc]
 
 
 def _turn_off_resends(client: ConnectorClient) -> None:
-    # msrest's default resends 408 and 5xx (POSTs included) behind the ledger's back; here a
-    # status is never a reason to resend, and neither is a connection or read error.
+    # msrest's default resends 408 and 5xx (POSTs included) behind the ledger's back, and
+    # follows redirects; here a status is never a reason to resend, nor is a connection or read
+    # error.
     retry_policy = client.config.retry_policy
     retry_policy.retries = 0
     policy: Retry = retry_policy.policy
@@ -158,6 +166,9 @@ def _turn_off_resends(client: ConnectorClient) -> None:
     policy.redirect = 0
     policy.status_forcelist = frozenset()
     policy.raise_on_status = False
+    # requests follows redirects itself (urllib3's redirect count above is never consulted),
+    # and a 307 or 308 repeats the POST: a redirect comes back to the provider as an answer
+    client.config.redirect_policy.allow = False
 
 
 class _Attempt:

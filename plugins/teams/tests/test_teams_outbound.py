@@ -260,6 +260,18 @@ def test_escape_neutralises_at_tags_and_mass_pings(
     assert provider.escape("a < b & c") == "a &lt; b &amp; c"
 
 
+async def test_a_redirect_is_not_followed(
+    fake: FakeTeams, provider: TeamsProvider, channel: str
+) -> None:
+    # requests would repeat the POST at a 307's Location: one request, a TransportError.
+    await provider.post(channel, "first")
+    again = fake.last("send_activity").path
+    fake.script("send_activity", Reply(status=307, headers={"Location": again}))
+    with pytest.raises(TransportError, match="redirect"):
+        await provider.post(channel, "moved")
+    assert fake.count("send_activity") == 2
+
+
 async def test_throttled_without_retry_after_lets_the_sender_back_off(
     fake: FakeTeams, provider: TeamsProvider, channel: str
 ) -> None:
@@ -274,7 +286,9 @@ async def test_throttled_without_retry_after_lets_the_sender_back_off(
     [
         (Reply.dropped(), TransportError),
         (Reply.json({"error": "temporarily_unavailable"}, status=503), TransportError),
+        (Reply.json({"error": "timeout"}, status=408), TransportError),
         (Reply.json({"error": "invalid_client"}, status=401), Unreachable),
+        (Reply.json({"error": "unauthorized_client"}, status=400), Unreachable),
     ],
 )
 async def test_token_service_failures(
@@ -289,3 +303,18 @@ async def test_token_service_failures(
         await provider.post(channel, "needs a token")
     assert fake.count("send_activity") == 0
     await provider.post(channel, "the token service is back")  # nothing stuck
+
+
+async def test_a_throttled_token_service_is_a_wait_not_a_refusal(
+    fake: FakeTeams, provider: TeamsProvider, channel: str
+) -> None:
+    # Entra ID answers 429 with Retry-After when it throttles; Unreachable would stop the
+    # channel for good over a wait of seconds.
+    throttled = {"error": "temporarily_unavailable", "error_description": "AADSTS50196"}
+    fake.script("token", Reply.json(throttled, status=429, headers={"Retry-After": "30"}))
+    with pytest.raises(RateLimited) as caught:
+        await provider.post(channel, "needs a token")
+    assert caught.value.retry_after == 30.0
+    assert "throttled" in str(caught.value)
+    assert fake.count("token") == 1 and fake.count("send_activity") == 0
+    await provider.post(channel, "the token service is back")

@@ -10,7 +10,7 @@ message creates per channel like Discord does (5 per 5 s, with ``X-RateLimit-*``
 Point discord.py at it with the provider's ``api_base_url=fake.api_base`` and
 ``gateway_url=fake.gateway_url``. Script faults with ``fake.script(route, ...)`` using
 ``FakeDiscord.error(...)`` and ``FakeDiscord.rate_limited(...)``; make the next creates succeed
-but lose their answer with ``fake.lose_responses(n)`` (discord.py then resends with the nonce).
+but lose their answer with ``fake.lose_responses(n)`` (a resend with the same nonce then finds it).
 
 Routes (names for ``script`` and ``requests_to``): ``create_message``, ``edit_message``,
 ``get_channel``, ``get_me``, ``get_application``, ``gateway``.
