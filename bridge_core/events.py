@@ -41,6 +41,7 @@ __all__ = [
     "ToolStarted",
     "UnknownEvent",
     "event_to_json",
+    "finite_number",
     "parse_checked_event",
     "parse_checked_events",
     "parse_event",
@@ -231,13 +232,27 @@ def _text(data: Mapping[str, Any], name: str, *, required: bool = False, default
     return value
 
 
+def finite_number(value: object) -> float | None:
+    """``value`` as a float if it is a JSON number (not a bool) of finite value, else ``None``.
+    JSON allows integers of any length; one too large for a float is not finite here, where
+    ``math.isfinite`` would raise ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _number(data: Mapping[str, Any], name: str, default: float | None) -> float | None:
     value = data.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise EventError(name, f"must be a finite number, got {value!r}")
-    return float(value)
+    number = finite_number(value)
+    if number is None:
+        raise EventError(name, f"must be a finite number, got {value!r:.40}")
+    return number
 
 
 def parse_event(data: Any) -> FleetEvent:

@@ -23,13 +23,13 @@ Exception hierarchy::
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bridge_core.errors import BridgeError
-from bridge_core.text import text_problem
+from bridge_core.events import finite_number
+from bridge_core.text import text_problem, valid_text
 
 __all__ = [
     "CLIENT_TYPES",
@@ -107,7 +107,7 @@ ERROR_CODES = {
     "not_held": "a reply (busy, decline, error) to a turn this connection does not hold",
     "not_supported": "a reserved message type this gateway does not implement yet",
     "rejected": "the gateway could not accept the message (an event it refused)",
-    "unavailable": "the gateway could not record the answer now; send it again",
+    "unavailable": "the gateway could not record the answer or failed on it; send it again",
     "shutting_down": "the gateway is stopping",
 }
 
@@ -255,10 +255,10 @@ class _Fields:
         for key in self.data:
             if key not in self.allowed:
                 expected = ", ".join(sorted(self.allowed - {"type"}))
-                raise ProtocolError(
+                raise ProtocolError(  # the key as text an error frame can carry, and short
                     "invalid",
-                    f"{self.kind}: unknown field {key!r}; expected {expected}",
-                    field=key,
+                    f"{self.kind}: unknown field {key[:MAX_NAME_CHARS]!r}; expected {expected}",
+                    field=valid_text(key[:MAX_NAME_CHARS]),
                     turn=self.turn,
                 )
 
@@ -503,7 +503,7 @@ def parse_server_message(
             channel=_need(data, "channel", str),
             conversation=_need(data, "conversation", str),
             seq=_need(data, "seq", int),
-            inserted_at=float(inserted_at) if math.isfinite(inserted_at) else 0.0,
+            inserted_at=finite_number(inserted_at) or 0.0,
             message_id=_need(data, "message_id", str),
             author=_need(data, "author", str),
             text=_need(data, "text", str),

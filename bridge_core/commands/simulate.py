@@ -225,7 +225,7 @@ def iter_log(path: Path) -> Iterator[LogItem]:
                 if not text.strip():
                     continue
                 item = _line(text, previous)
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:  # Overflow: an integer past any float
                 raise click.ClickException(f"{path}, line {number}: {exc}") from None
             previous = item[0]
             yield item

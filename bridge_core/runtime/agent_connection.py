@@ -27,7 +27,7 @@ are looked up by message type in ``AgentConnection.HANDLERS``.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +42,7 @@ from bridge_core.conversation import Frame, Turn, obligation_id
 from bridge_core.events import FleetEvent, UnknownEvent
 from bridge_core.ledger import Obligation
 from bridge_core.ownership import AgentGroupMember, NotAMember
+from bridge_core.runtime.agent_wire import re_of, turn_message
 from bridge_core.runtime.channel import ChannelRuntime
 from bridge_core.runtime.http_api import ApiError, parse_events_body
 
@@ -159,6 +160,7 @@ class AgentConnection:
         self._members_done = anyio.Event()
         self._members_done.set()
         self._closed = False
+        self._graceful = True  # how the socket closed, once ``_closed``
         self._closing_here = False
         self._bad = 0
         self._tg: TaskGroup | None = None
@@ -169,7 +171,7 @@ class AgentConnection:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._hello_deadline)
-            graceful = await self._read_loop()
+            graceful = self._graceful = await self._read_loop()
             self._closed = True
             if graceful:
                 self._counts.graceful_closes += 1
@@ -178,15 +180,19 @@ class AgentConnection:
             for held in list(self.held.values()):
                 held.closed = True
                 held.wake()
-            for member in self.members.values():
-                if graceful:
-                    member.stop()
-                else:
-                    member.abandon()
+            self._leave()
             self._hello_sent.set()  # turns waiting for it see the connection closed
             tg.cancel_scope.deadline = anyio.current_time() + self.settings.drain_timeout + 5.0
             await self._members_done.wait()
             tg.cancel_scope.cancel()
+
+    def _leave(self) -> None:
+        """The socket closed: members leave at once (a graceful close) or are left to expire."""
+        for member in self.members.values():
+            if self._graceful:
+                member.stop()
+            else:
+                member.abandon()
 
     async def shut_down(self) -> None:
         """The gateway is stopping: members finish their held turns and leave, then close."""
@@ -244,7 +250,16 @@ class AgentConnection:
             else:
                 await getattr(self, self.HANDLERS[message.type])(message)
         except p.ProtocolError as error:
-            await self._bad_input(error, re=_re_of(raw))
+            await self._bad_input(error, re=re_of(raw))
+            return
+        except _Closed:
+            return  # closed while answering; the read loop sees the close next
+        except Exception as error:  # the gateway's fault, not the agent's: not counted as bad
+            log.exception(
+                "agent %s: a message from %s failed in the gateway", self.agent, self.remote
+            )
+            failed = f"the gateway failed on this message ({type(error).__name__}); send it again"
+            await self._send_error(p.ProtocolError("unavailable", failed), re=re_of(raw))
             return
         self._bad = 0
 
@@ -341,6 +356,9 @@ class AgentConnection:
                     members.start_soon(member.run)
                 for member in self.members.values():
                     await member.ready.wait()
+                if self._closed:  # closed while they joined, after serve() made them leave
+                    self._leave()
+                    return
                 await self._send_hello(hello)
         finally:
             self._members_done.set()
@@ -410,7 +428,7 @@ class AgentConnection:
             turn_id = f"{name}/{turn.seq}"
             held = self.held[turn_id] = _Held(turn=turn, channel=name)
             try:
-                await self._send(_turn_message(turn_id, name, turn, history))
+                await self._send(turn_message(turn_id, name, turn, history))
                 self._counts.turns_sent += 1
                 row = await self._await_answer(turn_id, held, channel)
             except _Closed:
@@ -513,7 +531,14 @@ class AgentConnection:
                 "invalid", f"{message.type}: channel {held.channel!r} is gone", turn=message.turn
             )
         if held.streamed is None:
-            if message.type == "final":
+            if message.type == "final":  # a plain reply, whose text it must then carry
+                if not message.text.strip():
+                    raise p.ProtocolError(
+                        "invalid",
+                        "final.text: must not be empty when nothing was streamed before it",
+                        field="text",
+                        turn=message.turn,
+                    )
                 held.answer = p.Reply(turn=message.turn, text=message.text)
                 held.wake()
                 return
@@ -561,40 +586,6 @@ class AgentConnection:
             code = "shutting_down" if error.status == 503 else "rejected"
             raise p.ProtocolError(code, f"event: {error.message}", field=error.field) from None
         ignored = sum(1 for event in events if isinstance(event, UnknownEvent))
-        await self._send(
-            p.Ack(recorded="event", re=message.id, accepted=len(events), ignored=ignored)
-        )
-
-
-def _re_of(raw: str) -> str | None:
-    """The ``id`` of a message that failed, when it has a usable one (to correlate the error)."""
-    if '"id"' not in raw:
-        return None
-    try:
-        value = json.loads(raw).get("id")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return value if isinstance(value, str) and len(value) <= p.MAX_NAME_CHARS else None
-
-
-def _turn_message(
-    turn_id: str, channel: str, turn: Turn, history: Sequence[Turn | Frame]
-) -> p.TurnMessage:
-    entries = tuple(
-        p.HistoryEntry(kind="turn", seq=record.seq, author=record.author, text=record.text)
-        if isinstance(record, Turn)
-        else p.HistoryEntry(kind="frame", seq=record.seq, answers_seq=record.answers_seq)
-        for record in history
-    )
-    return p.TurnMessage(
-        turn=turn_id,
-        channel=channel,
-        conversation=turn.conversation,
-        seq=turn.seq,
-        inserted_at=turn.inserted_at,
-        message_id=turn.message_id,
-        author=turn.author,
-        text=turn.text,
-        thread=turn.thread,
-        history=entries,
-    )
+        ack = p.Ack(recorded="event", re=message.id, accepted=len(events), ignored=ignored)
+        with contextlib.suppress(_Closed):  # accepted all the same; only the ack is lost
+            await self._send(ack)

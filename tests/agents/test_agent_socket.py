@@ -263,6 +263,72 @@ async def test_each_bad_input_gets_an_error_naming_it_and_changes_nothing(
 
 
 @pytest.mark.anyio
+async def test_an_error_names_a_field_as_text_an_error_frame_can_carry(client: Client) -> None:
+    raw = await client.connect()
+    await raw.hello()
+    await raw.send('{"type": "reply", "turn": "ops/1", "text": "x", "\\ud800": 1}')
+    error = await raw.recv()
+    assert error["code"] == "invalid" and error["field"] == "\ufffd", error
+
+
+@pytest.mark.anyio
+async def test_an_event_number_no_float_holds_is_refused_naming_it(client: Client) -> None:
+    raw = await client.connect()
+    await raw.hello()
+    huge = "1" + "0" * 400  # JSON allows the integer
+    event = '{"kind": "AgentSpawned", "agent": "a", "at": ' + huge + "}"
+    await raw.send('{"type": "event", "event": ' + event + "}")
+    error = await raw.recv()
+    assert error["code"] == "rejected" and "at: must be a finite number" in error["message"]
+    await raw.send({"type": "event", "event": {"kind": "AgentSpawned", "agent": "a"}})
+    assert (await raw.recv())["recorded"] == "event"
+
+
+@pytest.mark.anyio
+async def test_a_failure_of_the_gateway_on_one_message_is_named_and_the_connection_served(
+    gateway: Gateway, client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(body: object) -> object:
+        raise RuntimeError("a bug on the gateway's side")
+
+    raw = await client.connect()
+    await raw.hello()
+    monkeypatch.setattr("bridge_core.runtime.agent_connection.parse_events_body", broken)
+    await raw.send({"type": "event", "id": "e1", "event": {"kind": "AgentSpawned", "agent": "a"}})
+    error = await raw.recv()
+    assert error["code"] == "unavailable" and error["re"] == "e1", error
+    assert "RuntimeError" in error["message"] and "send it again" in error["message"]
+    monkeypatch.undo()
+    await anyio.sleep(OPTIONS.settle)
+    await say(gateway, "still served?")
+    turn = await raw.recv()
+    await raw.send({"type": "reply", "turn": turn["turn"], "text": "yes"})
+    assert (await raw.recv())["recorded"] == "reply"
+
+
+@pytest.mark.anyio
+async def test_a_final_with_nothing_streamed_must_carry_text(
+    gateway: Gateway, client: Client, tmp_path: Path
+) -> None:
+    raw = await client.connect()
+    await raw.hello()
+    await anyio.sleep(OPTIONS.settle)
+    await say(gateway, "hi")
+    turn = await raw.recv()
+    for final in (
+        {"type": "final", "turn": turn["turn"]},
+        {"type": "final", "turn": turn["turn"], "text": " \n"},
+    ):
+        await raw.send(final)
+        error = await raw.recv()
+        assert error["code"] == "invalid" and "final.text" in error["message"], error
+    await raw.send({"type": "final", "turn": turn["turn"], "text": "the answer"})
+    assert (await raw.recv())["recorded"] == "reply"
+    await until(lambda: "the answer" in posts(tmp_path))
+    assert "" not in written(tmp_path) and " \n" not in written(tmp_path)
+
+
+@pytest.mark.anyio
 async def test_hello_mistakes_are_named_and_a_corrected_hello_is_accepted(client: Client) -> None:
     raw = await client.connect()
     await raw.send({"type": "reply", "turn": "ops/1", "text": "early"})
@@ -404,6 +470,31 @@ async def test_a_graceful_close_leaves_at_once_and_its_unanswered_turns_move(
         (hello_a["members"]["ops"], LeaveReason.GRACEFUL)
     ]
     assert hello_b["members"]["ops"] != hello_a["members"]["ops"]
+
+
+@pytest.mark.anyio
+async def test_a_close_right_after_hello_leaves_at_once(gateway: Gateway, client: Client) -> None:
+    a = await client.connect()
+    hello_a = await a.hello(concurrency=4)
+    b = await client.connect()
+    await b.send({"type": "hello", "group": "support", "channels": ["ops"], "name": "b"})
+    await b.ws.close()  # before the gateway's hello: its members were still joining
+    log = gateway.channels["ops"].log
+    assert log is not None
+    # without the fix its members stayed, owning turns, until the drain deadline (15 s)
+    with anyio.fail_after(5):
+        while True:
+            records = await log.read(after_seq=0, limit=10_000)
+            leaves = [r for r in records if isinstance(r, Leave)]
+            if leaves:
+                break
+            await anyio.sleep(0.05)
+    assert [r.reason for r in leaves] == [LeaveReason.GRACEFUL]
+    assert leaves[0].member != hello_a["members"]["ops"]
+    await anyio.sleep(OPTIONS.settle)
+    for i in range(3):  # every conversation's turn goes to the one left
+        await say(gateway, f"q{i}", author=f"p{i}")
+        assert (await a.recv())["type"] == "turn"
 
 
 @pytest.mark.anyio

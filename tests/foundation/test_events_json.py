@@ -84,6 +84,8 @@ def test_only_the_four_lifecycle_kinds_notify_by_default() -> None:
         ({"kind": "StatusChanged", "agent": "a"}, "status"),
         ({"kind": "ToolFinished", "agent": "a", "ok": "yes"}, "ok"),
         ({"kind": "AgentSpawned", "agent": "a", "at": float("inf")}, "at"),
+        ({"kind": "AgentSpawned", "agent": "a", "at": 10**400}, "at"),  # past any float
+        ({"kind": "AgentFinished", "agent": "a", "outcome": "done", "cost": -(10**400)}, "cost"),
         (["not", "an", "object"], "event"),
     ],
 )
@@ -102,6 +104,7 @@ FIELD_VALUES = (
     st.none()
     | st.booleans()
     | st.integers(-3, 3)
+    | st.integers(min_value=10**308, max_value=10**400)  # past any float
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.sampled_from(["", " ", "x", "done", "killed", "StatusChanged", "AgentFinished"])
     | st.text(max_size=5)

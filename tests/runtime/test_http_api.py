@@ -126,6 +126,13 @@ async def test_one_event_and_a_batch_are_accepted(
             "string",
         ),
         (json.dumps([EVENT, "nope"]).encode(), 400, "event", 1, "object"),
+        (
+            b'{"kind": "AgentSpawned", "agent": "a", "at": 1' + b"0" * 400 + b"}",
+            400,
+            "at",
+            None,
+            "finite number",
+        ),  # JSON allows it; no float holds it
         (json.dumps({"agent": "a"}).encode(), 400, "kind", None, "required"),
         (
             json.dumps({"kind": "AgentFinished", "agent": "a", "outcome": "exploded"}).encode(),
