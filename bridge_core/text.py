@@ -154,6 +154,7 @@ class _Cutter:
         self.text = text
         self.unit = unit
         self.fences = _fences(text)
+        self.fence_starts = [fence.body_start for fence in self.fences]  # ascending: they nest not
         forbidden: set[int] = set()
         for match in atomic.finditer(text):
             forbidden.update(range(match.start() + 1, match.end()))
@@ -169,10 +170,12 @@ class _Cutter:
         return self.costs[end] - self.costs[start]
 
     def fence_at(self, position: int) -> _Fence | None:
+        # Fences follow one another, so only the last to open at or before ``position`` can hold
+        # it: a bisection, not a scan (a text of many fences is cut into many pieces).
         if 0 < position < len(self.text):
-            for fence in self.fences:
-                if fence.holds(position):
-                    return fence
+            index = bisect.bisect_right(self.fence_starts, position) - 1
+            if index >= 0 and self.fences[index].holds(position):
+                return self.fences[index]
         return None
 
     def cut(self, start: int, budget: int) -> int:

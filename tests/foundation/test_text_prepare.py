@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_core.provider import LengthUnit
-from bridge_core.text import ATOMIC_TOKENS, chunk, measure, neutralise_mass_mentions, prepare
+from bridge_core.text import (
+    ATOMIC_TOKENS,
+    _Cutter,
+    chunk,
+    measure,
+    neutralise_mass_mentions,
+    prepare,
+)
 
 UNITS = list(LengthUnit)
 
@@ -131,3 +138,19 @@ def test_prepared_pieces_fit_rejoin_and_keep_tokens_whole(
     assert_no_cut_inside_a_token(escaped, pieces, max_length, unit)
     # Escaped text never carries a live mass mention, even across pieces.
     assert re.search(r"@(here|everyone|channel)\b", escaped) is None
+
+
+FENCED = st.lists(
+    st.sampled_from(["```\n", "```py\n", "~~~\n", "````\n", "code\n", "text ", "\n", "x"]),
+    max_size=60,
+).map("".join)
+
+
+@given(text=FENCED)
+def test_the_fence_at_a_position_is_the_one_that_holds_it(text: str) -> None:
+    # the bisection against the plain scan it replaced
+    cutter = _Cutter(text, LengthUnit.CHARACTERS, ATOMIC_TOKENS)
+    for position in range(len(text) + 1):
+        inside = 0 < position < len(text)
+        scanned = next((f for f in cutter.fences if inside and f.holds(position)), None)
+        assert cutter.fence_at(position) is scanned
