@@ -67,6 +67,10 @@ class AgentHost(Protocol):
 
     async def accept_events(self, events: Sequence[FleetEvent]) -> None: ...
 
+    def send_recorded_soon(self, channel: ChannelRuntime, row: Obligation) -> bool:
+        """Send a recorded reply in the gateway's own tasks (False, and nothing started, while
+        it is not serving)."""
+
 
 @dataclass(frozen=True, slots=True)
 class AgentSocketSettings:
@@ -408,7 +412,10 @@ class AgentConnection:
         held: _Held | None = None
         try:
             row, held = await self._hold(name, channel, turn, history)
-            if row is not None:
+            # Sent in the gateway's tasks: this connection's end (its task group is cancelled
+            # once its drain deadline passes) must not cut short a recorded reply's wait for its
+            # turn at the channel, and leave it pending, claimed by no one, until a restart.
+            if row is not None and not self.host.send_recorded_soon(channel, row):
                 await channel.deliver(row)
         finally:
             if held is not None and held.streamed is not None:

@@ -71,6 +71,12 @@ class GatewayApi:
     def agent_channel(self, name: str) -> ChannelRuntime | None:
         return self.channels.get(name)
 
+    def send_recorded_soon(self, channel: ChannelRuntime, row: Obligation) -> bool:
+        if not self._lifecycle.accepting:
+            return False
+        self._lifecycle.tasks_for_new_work().start_soon(channel.deliver, row)
+        return True
+
     async def accept_events(self, events: Sequence[FleetEvent]) -> None:
         self._lifecycle.tasks_for_new_work()
         scale_out = self._parts.scale_out

@@ -65,7 +65,11 @@ def builtin_plugins_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def make_config(
-    tmp_path: Path, *, token: str | None = TOKEN, agent: str | None = None
+    tmp_path: Path,
+    *,
+    token: str | None = TOKEN,
+    agent: str | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> BridgeConfig:
     ops: dict[str, Any] = {
         "profile": "con",
@@ -93,6 +97,8 @@ def make_config(
         "stores": {"ledger": str(tmp_path / "bridge.sqlite3")},
         "api": api,
     }
+    if budget is not None:
+        data["profiles"]["con"]["budget"] = budget
     return parse_config(data, providers=create_plugin_manager().providers)
 
 

@@ -6,6 +6,7 @@ Every frame the gateway sends is checked against docs/agent-protocol.schema.json
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -495,6 +496,33 @@ async def test_a_close_right_after_hello_leaves_at_once(gateway: Gateway, client
     for i in range(3):  # every conversation's turn goes to the one left
         await say(gateway, f"q{i}", author=f"p{i}")
         assert (await a.recv())["type"] == "turn"
+
+
+@pytest.mark.anyio
+async def test_a_recorded_reply_waiting_for_its_turn_outlives_its_connection(
+    tmp_path: Path,
+) -> None:
+    # One send every 6 s: the second reply waits at the channel past the connection's drain
+    # deadline (grace + 5 s), whose cancellation left it unsent until a restart.
+    config = make_config(tmp_path, budget={"burst": 1, "per_hour": 600})
+    async with (
+        Gateway(config, options=dataclasses.replace(OPTIONS, grace=0.1)) as gateway,
+        aiohttp.ClientSession() as session,
+    ):
+        assert gateway.url is not None
+        raw = await Client(
+            session, gateway.url.replace("http://", "ws://") + "/v1/agents"
+        ).connect()
+        await raw.hello(concurrency=2)
+        await anyio.sleep(OPTIONS.settle)
+        for name in ("first", "second"):
+            await say(gateway, f"{name}?", author=name)
+            turn = await raw.recv()
+            await raw.send({"type": "reply", "turn": turn["turn"], "text": f"{name} answer"})
+            assert (await raw.recv())["recorded"] == "reply"
+        await raw.ws.close()
+        await until(lambda: "second answer" in posts(tmp_path), limit=15)
+        assert posts(tmp_path).count("first answer") == 1
 
 
 @pytest.mark.anyio
