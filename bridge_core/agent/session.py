@@ -142,6 +142,12 @@ class Turn:
         await self._session._send(self._connection, p.ClientError(turn=self.id, message=message))
 
 
+def _answers_a_delta(error: p.ServerError) -> bool:
+    """Whether ``error`` refused a ``stream`` delta (which waits for no answer): an error's
+    message begins with the type of the message it answers (docs/agent-protocol.md)."""
+    return error.message.startswith(("stream:", "stream."))
+
+
 class Session:
     """A connected agent; iterate it for turns. Built by ``connect``."""
 
@@ -318,6 +324,8 @@ class Session:
                     await self._turns_in.send(self._turn(message, connection))
                 elif isinstance(message, p.Ack | p.ServerError):
                     key = message.turn if message.turn is not None else message.re
+                    if isinstance(message, p.ServerError) and _answers_a_delta(message):
+                        key = None  # a refused delta is not the reply's outcome (logged below)
                     waiter = connection.waiters.get(key) if key is not None else None
                     if waiter is not None:
                         waiter.result = message

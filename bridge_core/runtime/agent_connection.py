@@ -241,8 +241,10 @@ class AgentConnection:
     # ------------------------------------------------------------------ input
 
     async def _on_text(self, raw: str) -> None:
+        kind, turn = "message", None  # once read: its type begins every error's message
         try:
             message = p.parse_client_message(raw, max_bytes=self.settings.max_message_bytes)
+            kind, turn = message.type, getattr(message, "turn", None)
             if self.hello is None and not isinstance(message, p.Hello):
                 raise p.ProtocolError(
                     "hello_first",
@@ -262,8 +264,8 @@ class AgentConnection:
             log.exception(
                 "agent %s: a message from %s failed in the gateway", self.agent, self.remote
             )
-            failed = f"the gateway failed on this message ({type(error).__name__}); send it again"
-            await self._send_error(p.ProtocolError("unavailable", failed), re=re_of(raw))
+            failed = f"{kind}: the gateway failed on it ({type(error).__name__}); send it again"
+            await self._send_error(p.ProtocolError("unavailable", failed, turn=turn), re=re_of(raw))
             return
         self._bad = 0
 

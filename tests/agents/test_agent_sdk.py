@@ -4,6 +4,7 @@ token refused, and a turn lost with its connection."""
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -96,6 +97,30 @@ async def test_the_sdk_answers_every_way_and_leaves_gracefully(
     assert len(frames) == 3 and {f.member for f in frames} == {member}
     leaves = [r for r in log if isinstance(r, Leave)]
     assert [(r.member, r.reason) for r in leaves] == [(member, LeaveReason.GRACEFUL)]
+
+
+@pytest.mark.anyio
+async def test_a_refused_delta_is_not_taken_for_the_final_s_outcome(
+    gw: GatewayThread, tmp_path: Path
+) -> None:
+    async with connect(
+        gw.url, token=TOKEN, group="support", channels=["ops"], name="sdk"
+    ) as session:
+        await anyio.to_thread.run_sync(time.sleep, OPTIONS.settle)
+        await anyio.to_thread.run_sync(say, gw, "stream it")
+        async for turn in session:
+            await turn.stream("part one ")
+            await turn.stream("bad \x00 delta")  # refused by the gateway: an error, no ack
+            ack = await turn.final("the whole final answer")
+            assert ack.recorded == "final"
+            break
+    await until(lambda: "the whole final answer" in _written(tmp_path))
+
+
+def _written(tmp_path: Path) -> list[str]:
+    path = tmp_path / "t.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [entry["text"] for entry in map(json.loads, lines) if entry["op"] in ("post", "edit")]
 
 
 @pytest.mark.anyio

@@ -69,6 +69,14 @@ def frame(draw: st.DrawFn) -> str:
     return json.dumps(message)  # ensure_ascii: lone surrogates travel as \ud800 escapes
 
 
+def _type_of(frame: str) -> object:
+    try:
+        data = json.loads(frame)
+    except (ValueError, RecursionError):
+        return None
+    return data.get("type") if isinstance(data, dict) else None
+
+
 @pytest.mark.anyio
 @settings(
     max_examples=60,
@@ -88,6 +96,10 @@ async def test_every_frame_gets_one_answer_and_the_connection_survives(
         assert answer["type"] in ("error", "ack"), answer
         if answer["type"] == "error":
             assert answer["code"] in p.ERROR_CODES and answer["message"]
+            sent = _type_of(text)
+            if sent in p.CLIENT_TYPES and answer["code"] not in ("malformed", "too_large"):
+                # the message begins with the type it answers (the SDK tells deltas by it)
+                assert answer["message"].startswith((f"{sent}:", f"{sent}.")), (sent, answer)
     assert not raw.ws.closed
     await raw.send({"type": "event", "id": "alive", "event": []})
     assert (await raw.recv()) == {
