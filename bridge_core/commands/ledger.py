@@ -11,6 +11,8 @@ import functools
 import hashlib
 import json
 import re
+import sqlite3
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from rich.table import Table
 
 from bridge_core.commands import config_option, load_cli_config
 from bridge_core.ledger import LedgerError, LedgerStore, Obligation, State, open_store
+from bridge_core.text import text_problem
 
 __all__ = ["SHORT_ID_LENGTH", "command", "parse_age", "short_id"]
 
@@ -83,6 +86,15 @@ class _Target:
         return config.stores.ledger
 
 
+def _text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An argument the store can take: a byte the shell passed undecoded (a lone surrogate in
+    Python) or a NUL is named here, not a traceback from the database."""
+    problem = None if value is None else text_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 def _run(target: _Target, work: Callable[[LedgerStore], Awaitable[T]]) -> T:
     location = target.resolve()
     if "://" not in location and not Path(location).exists():
@@ -98,10 +110,31 @@ def _run(target: _Target, work: Callable[[LedgerStore], Awaitable[T]]) -> T:
             raise click.ClickException(str(error)) from error
         try:
             return await work(store)
+        except Exception as error:
+            if not _a_store_error(error):
+                raise
+            raise click.ClickException(_store_failed(location, error)) from None
         finally:
             await store.aclose()
 
     return anyio.run(main)
+
+
+def _a_store_error(error: Exception) -> bool:
+    """A failure of the store (a locked file, a database gone), not of this code."""
+    if isinstance(error, (LedgerError, OSError, sqlite3.Error)):
+        return True
+    psycopg = sys.modules.get("psycopg")  # loaded only for a PostgreSQL ledger
+    return psycopg is not None and isinstance(error, psycopg.Error)
+
+
+def _store_failed(location: str, error: Exception) -> str:
+    if "://" in location:
+        from bridge_core.ledger.postgres import redact_url  # psycopg only for such a ledger
+
+        location = redact_url(location)
+    hint = "; another process holds it: try again" if "locked" in str(error) else ""
+    return f"the ledger {location} failed: {error}{hint}"
 
 
 def _when(epoch: float) -> str:
@@ -170,7 +203,7 @@ def counts_command(target: _Target, as_json: bool) -> None:
 
 @command.command("list")
 @click.option("--state", "states", type=STATES, multiple=True, help="Only rows in this state.")
-@click.option("--channel", help="Only rows for this channel.")
+@click.option("--channel", callback=_text, help="Only rows for this channel.")
 @click.option(
     "--older-than", callback=_age, help="Only rows created longer ago than this (2h, 7d)."
 )
@@ -219,7 +252,7 @@ def list_command(
 
 
 @command.command("retry")
-@click.argument("obligation_id")
+@click.argument("obligation_id", callback=_text)
 @click.pass_obj
 def retry_command(target: _Target, obligation_id: str) -> None:
     """Send an abandoned reply again (with a fresh resend budget).

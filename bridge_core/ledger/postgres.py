@@ -67,11 +67,16 @@ _KNOWN_LIMIT = 50_000
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL without its password, for messages (a URL that cannot be parsed is not shown: it
+    may hold one, and the message that names it must not fail)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # an unparseable URL: "postgresql://[bad"
+        return "postgresql://(a URL that cannot be parsed)"
+    if password is None:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    netloc = parts.netloc.replace(f":{password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
 
 

@@ -10,7 +10,7 @@ import sqlite3
 
 from bridge_core.ledger.model import LedgerError
 
-__all__ = ["OPEN_SQL", "SCHEMA", "configure_connection", "setup_connection"]
+__all__ = ["BUSY_TIMEOUT_MS", "OPEN_SQL", "SCHEMA", "configure_connection", "setup_connection"]
 
 OPEN_SQL = "state = 'pending' OR state = 'attempting' OR state = 'failed'"
 """``ledger_open_rows``'s condition as written there: the planner uses a partial index only for
@@ -59,9 +59,13 @@ CREATE TABLE IF NOT EXISTS kv (
 """
 
 
+BUSY_TIMEOUT_MS = 10_000
+"""How long a statement waits for another connection's write lock (the CLI shares the file)."""
+
+
 def configure_connection(conn: sqlite3.Connection) -> None:
     """WAL, ``synchronous=FULL``, a generous busy timeout (the CLI shares the file)."""
-    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         raise LedgerError(f"could not put the ledger file in WAL mode (got {mode!r})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -124,3 +125,50 @@ def test_cli_errors_name_the_problem(tmp_path: Path) -> None:
     assert parse_age("90") == 90 and parse_age("15m") == 900 and parse_age("7d") == 604800
     result = runner.invoke(build_cli(), ["ledger", "--ledger", "redis://x", "counts"])
     assert result.exit_code == 1 and "neither a file path nor a postgresql:// URL" in result.output
+
+
+def _ledger_file(path: Path) -> Path:
+    async def make() -> None:
+        store = await open_store(str(path))
+        await store.aclose()
+
+    anyio.run(make)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["retry", "\udcff"], "OBLIGATION_ID"),  # an undecodable byte of argv, as Python has it
+        (["list", "--channel", "a\x00b"], "--channel"),
+    ],
+)
+def test_an_argument_the_store_cannot_take_is_named(
+    tmp_path: Path, args: list[str], names: str
+) -> None:
+    ledger = _ledger_file(tmp_path / "l.db")
+    result = CliRunner().invoke(build_cli(), ["ledger", "--ledger", str(ledger), *args])
+    assert result.exit_code == 2 and names in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_locked_ledger_is_an_error_saying_so(tmp_path: Path) -> None:
+    ledger = _ledger_file(tmp_path / "l.db")
+    holder = sqlite3.connect(ledger, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process's write, held past the busy timeout
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("bridge_core.ledger.sqlschema.BUSY_TIMEOUT_MS", 50)
+            result = CliRunner().invoke(build_cli(), ["ledger", "--ledger", str(ledger), "counts"])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 1, result.output
+    assert "locked" in result.output and "try again" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_postgres_url_that_cannot_be_parsed_is_an_error_not_a_traceback() -> None:
+    result = CliRunner().invoke(build_cli(), ["ledger", "--ledger", "postgresql://[bad", "counts"])
+    assert result.exit_code == 1 and "cannot be parsed" in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
