@@ -40,6 +40,7 @@ class Work:
     result: Outcome = None
     begin_error: Exception | None = None  # raised by the op's ``begin``: nothing was sent
     done: bool = False
+    abandoned: bool = False  # its ``send()`` caller stopped waiting: never sent again
     target: str | None = field(default=None)  # the message an edit writes to
 
 

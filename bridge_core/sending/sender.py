@@ -10,7 +10,7 @@ Two ways in:
 
 - ``await sender.send(op, priority=...)`` waits for the outcome and returns the ``MessageRef`` or
   raises the ``ProviderError`` (the delivery ledger's way; ``RateLimited`` is waited out and
-  retried here, every other error is the caller's to read).
+  retried here unless the caller left, every other error is the caller's to read).
 - ``sender.submit(key, text=..., edit=ref, priority=..., on_outcome=...)`` never blocks: work with
   the same ``key`` still queued is replaced in place, never queued behind itself, and the text is
   rendered when it leaves the queue (the notifier's way). Keyed work is retried here after
@@ -249,7 +249,8 @@ class ChannelSender:
         try:
             await work.waiter.wait()
         finally:
-            if not work.done:  # cancelled while queued: take it back
+            if not work.done:  # cancelled: taken back if queued, never resent
+                work.abandoned = True
                 self._queue.remove(work)
         result = work.result
         if work.begin_error is not None:
@@ -594,7 +595,6 @@ class ChannelSender:
         self._resolve(work, MessageRejected(f"rendering raised {type(error).__name__}: {error}"))
 
     def _retry_or_fail(self, work: Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
-        if work.keyed or retry_unkeyed:
-            self._requeue(work)
-        else:
-            self._resolve(work, error)
+        if work.keyed or (retry_unkeyed and not work.abandoned):  # abandoned: its caller left
+            return self._requeue(work)
+        self._resolve(work, error)

@@ -49,3 +49,31 @@ def test_an_unusable_wait_backs_the_channel_off_then_sends(wait: float) -> None:
         assert BACKOFF_MIN <= calls[1] - calls[0] <= 2 * BACKOFF_MIN + 0.05
 
     run_virtual(main)
+
+
+def test_a_send_whose_caller_left_mid_call_is_not_sent_again_after_a_429() -> None:
+    async def main() -> None:
+        provider = ScriptedProvider()
+
+        def limited() -> None:
+            raise RateLimited("slow", retry_after=3)
+
+        provider.faults.append(limited)
+        slow = provider.post
+
+        async def slow_post(channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+            await anyio.sleep(5)  # in flight when its caller gives up
+            return await slow(channel, text, thread=thread)
+
+        provider.post = slow_post  # type: ignore[method-assign]
+        async with ChannelSender(
+            provider, channel="c", budget=SLACK_BUDGET, random=random.Random(1)
+        ) as sender:
+            with anyio.move_on_after(1):
+                await sender.send(Post("A"))
+            await anyio.sleep(30)  # past the pause: a requeued A would have gone out
+            assert provider.delivered == []
+            assert await sender.send(Post("B")) == MessageRef("c", "m1")  # the channel serves on
+        assert provider.delivered == ["B"]
+
+    run_virtual(main)
