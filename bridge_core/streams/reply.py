@@ -255,10 +255,15 @@ class ReplyStream:
         """The part the next write is for, or ``None`` when every message is up to date: the
         first part without a message or behind its text, else a new part to roll over to."""
         parts = self._parts()
+        native = self.mode is StreamingMode.NATIVE
         for part, ref in enumerate(self._refs):
             if part >= len(parts):
                 break
-            if ref is None or self._written[part] != self._shown(parts, part):
+            if ref is None:
+                return part
+            if self._written[part] != self._shown(parts, part):
+                if native and not parts[part].startswith(self._written[part]):
+                    continue  # appends cannot shorten it: the final's stop and replace will
                 return part
         if len(parts) > len(self._refs):
             return len(self._refs)
