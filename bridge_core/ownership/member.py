@@ -203,6 +203,18 @@ class AgentGroupMember:
             and self._clock() - self._last_beat < 0.8 * self.expiry
         )
 
+    def still_owns(self, turn: Turn) -> bool:
+        """Whether ``turn``, taken from this member's queue, is still this member's to start: a
+        handler that waits before it starts the turn (a connection's free slot) asks again, as
+        the turn moves to another member when this one is expelled meanwhile."""
+        view = self.view
+        if self._expelled or view is None or self.current_id is None:
+            return False
+        return any(
+            pending.seq == turn.seq and owner == self.current_id
+            for pending, owner in view.pending(turn.conversation)
+        )
+
     async def run(self) -> None:
         """Serve until ``stop()`` or cancellation; rejoin under a new id after an expiry."""
         native = loop_native()

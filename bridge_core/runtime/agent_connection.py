@@ -432,8 +432,8 @@ class AgentConnection:
         turn as it was held."""
         row: Obligation | None = None
         async with self._limiter:
-            if self._closed:
-                return None, None  # stays pending: it moves when this member leaves or expires
+            if self._closed or not self.members[name].still_owns(turn):  # it moves, or moved
+                return None, None  # (this member leaves or expires; or it was expelled meanwhile)
             turn_id = f"{name}/{turn.seq}"
             held = self.held[turn_id] = _Held(turn=turn, channel=name)
             try:

@@ -250,6 +250,30 @@ async def test_a_member_that_cannot_heartbeat_stops_delivering_and_rejoins_as_ne
     assert rejoin.since == pytest.approx(rejoin.inserted_at + SETTLE)
 
 
+async def test_a_turn_that_moved_while_its_handler_waited_is_no_longer_its_own(
+    harness: Any,
+) -> None:
+    # A connected agent's handler may wait (for a free slot on its socket) before it starts
+    # the turn; meanwhile its member can be expelled and the turn taken over. It asks again.
+    async with anyio.create_task_group() as tg:
+        group = new_group(harness, tg, answer_delay=60.0)  # every handler is slow
+        a = await group.start("a")
+        b = await group.start("b")
+        await settle_all(group)
+        author = harness.author_owned_by(group, "a")
+        turn = await group.admit(author)
+        await anyio.sleep(0.1)
+        assert [d.member for d in group.delivered(turn)] == ["a"]
+        assert a.still_owns(turn) and not b.still_owns(turn)
+        group.handles["a"].heartbeat_fails = True
+        await anyio.sleep(2 * EXPIRY)  # b's reaper expires a, and b takes the turn over
+        group.handles["a"].heartbeat_fails = False
+        await anyio.sleep(2 * HEARTBEAT)  # a learns it was expelled
+        assert [d.member for d in group.delivered(turn)] == ["a", "b"]
+        assert not a.still_owns(turn) and b.still_owns(turn)
+        tg.cancel_scope.cancel()
+
+
 async def test_turns_left_unanswered_by_a_crashed_group_are_answered_after_restart(
     harness: Any,
 ) -> None:
