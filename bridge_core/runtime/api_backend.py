@@ -149,6 +149,14 @@ class GatewayApi:
                 tasks.start_soon(self._deliver, row, channel.name if claim else None)
             elif claim:
                 self._begun.discard(channel.name)
+        if not created and (row.text, row.thread) != (reply.text, reply.thread):
+            # the key names another message: a 202 would say this one is recorded
+            raise ApiError(
+                409,
+                f"idempotency_key {request.idempotency_key!r} was used for a different message "
+                "(its text or thread differs); use a new key for a new message",
+                field="idempotency_key",
+            )
         return MessageReceipt(obligation=row.id, duplicate=not created)
 
     async def _send_recorded(self, recording: RecordInFlight, begun: str) -> None:

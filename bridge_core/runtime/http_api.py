@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestPayloadError
 
 from bridge_core.event_batches import status_batch
 from bridge_core.events import (
@@ -143,7 +144,14 @@ class ApiBackend(Protocol):
 
 
 def _error(exc: ApiError) -> web.Response:
-    return web.json_response(exc.body(), status=exc.status)
+    response = web.json_response(exc.body(), status=exc.status)
+    if isinstance(exc, _UnreadableBody):
+        response.force_close()  # aiohttp cannot read past it to the next request
+    return response
+
+
+class _UnreadableBody(ApiError):
+    """A body aiohttp could not decode (bad gzip): the connection cannot carry another request."""
 
 
 async def _read_json(request: web.Request, max_body: int) -> Any:
@@ -154,12 +162,22 @@ async def _read_body(request: web.Request, max_body: int) -> bytes:
     if request.content_length is not None and request.content_length > max_body:
         raise _too_large(max_body)
     try:
-        raw = await request.read()
+        raw = await _body_of(request)
     except web.HTTPRequestEntityTooLarge:
         raise _too_large(max_body) from None
     if len(raw) > max_body:
         raise _too_large(max_body)
     return raw
+
+
+async def _body_of(request: web.Request) -> bytes:
+    """The request's body, decompressed; one that cannot be (bad gzip) is the client's error."""
+    try:
+        return await request.read()
+    except RequestPayloadError as error:
+        raise _UnreadableBody(
+            400, f"request body could not be read: {error}", field="body"
+        ) from None
 
 
 def _json_of(raw: bytes) -> Any:
@@ -350,6 +368,10 @@ def _guard(*, token: str | None, own_auth: Sequence[str]) -> Middleware:
         if bad_header is not None:
             return _error(bad_header)
         protected = request.path.startswith("/v1/") or request.path == "/metrics"
+        if protected and "Origin" in request.headers:
+            # Only a browser sends Origin: a web page the user has open must not post to their
+            # channels or connect as an agent (a POST of text/plain needs no CORS preflight).
+            return _error(ApiError(403, "requests from web pages (with an Origin) are refused"))
         if request.path in own_auth:
             protected = False  # the socket accepts per-agent tokens too, and checks them itself
         if expected is not None and protected:
@@ -362,7 +384,7 @@ def _guard(*, token: str | None, own_auth: Sequence[str]) -> Middleware:
             return await handler(request)
         except ApiError as exc:
             return _error(exc)
-        except web.HTTPException:
+        except (web.HTTPException, ConnectionResetError):  # the client left: nobody to answer
             raise
         except Exception:
             log.exception("unexpected error answering %s %s", request.method, request.path)
@@ -429,7 +451,7 @@ def _adapt(route: HttpRoute) -> Handler:
             method=request.method,
             path=request.path,
             headers=dict(request.headers),
-            body=await request.read(),
+            body=await _body_of(request),
             query=dict(request.query),
         )
         response = await route.handler(neutral)

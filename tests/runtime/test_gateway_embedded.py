@@ -30,6 +30,7 @@ from bridge_core.provider import (
 )
 from bridge_core.runtime import (
     AgentBusy,
+    ApiError,
     Gateway,
     GatewayError,
     GatewayOptions,
@@ -126,6 +127,13 @@ async def test_embedded_gateway_serves_every_flow(tmp_path: Path) -> None:
         )
         assert not receipt.duplicate and not again.duplicate
         assert repeat.duplicate and repeat.obligation == again.obligation
+        for other in (
+            MessageRequest(channel="ops", text="another message", idempotency_key="k1"),
+            MessageRequest(channel="ops", text="keyed", thread="t9", idempotency_key="k1"),
+        ):  # the key names another message: not a silent 202
+            with pytest.raises(ApiError) as refused:
+                await gateway.accept_message(other)
+            assert refused.value.status == 409 and refused.value.field == "idempotency_key"
         assert await gateway.inbound("con", message(1, "hello"))
         assert not await gateway.inbound("con", message(1, "hello"))  # a replay
         assert await gateway.inbound("con", message(2, "too much"))

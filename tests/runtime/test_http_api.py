@@ -416,3 +416,36 @@ async def test_provider_routes_get_the_same_header_check(
     )
     answer = await _raw_request(guarded, head, b"{}")
     assert answer.startswith(b"HTTP/1.1 400"), answer
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_that_does_not_decompress_is_a_400(
+    client: TestClient[Any, Any], backend: RecordingBackend, encoding: str
+) -> None:
+    for path in ("/v1/messages", "/v1/events"):
+        response = await client.post(
+            path,
+            data=b"not compressed",
+            headers={"Content-Encoding": encoding, "Content-Type": "application/json"},
+        )
+        assert response.status == 400, path
+        payload = await response.json()
+        assert payload["field"] == "body" and "could not be read" in payload["error"]
+    assert backend.messages == [] and backend.events == []
+
+
+@pytest.mark.anyio
+async def test_a_web_page_cannot_post_or_connect(
+    client: TestClient[Any, Any], backend: RecordingBackend
+) -> None:
+    # A POST of text/plain needs no CORS preflight: without this, any page open in the user's
+    # browser could post to their channels through a gateway on loopback with no token.
+    page = {"Origin": "https://evil.example", "Content-Type": "text/plain"}
+    body = json.dumps({"channel": "ops", "text": "posted by a web page"})
+    for path in ("/v1/messages", "/v1/events", "/v1/agents"):
+        response = await client.post(path, data=body, headers=page)
+        assert response.status == 403 and "web pages" in (await response.json())["error"], path
+    assert backend.messages == [] and backend.events == []
+    plain = await client.post("/v1/messages", json={"channel": "ops", "text": "from a process"})
+    assert plain.status == 202
