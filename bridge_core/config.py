@@ -221,7 +221,8 @@ class ChannelConfig(StrictModel):
     """The profile (bot) that posts here and hears what people write here."""
     channel_id: str = Field(min_length=1)
     """The channel's id on the platform: Slack's ``C0123456``, a Discord channel's id, a Teams
-    conversation id. People's messages reach this channel by its profile and this id."""
+    conversation id. People's messages reach this channel by its profile and this id, so two
+    channels of one profile cannot name the same id."""
     thread: str | None = None
     """A thread to post into instead of the channel's top level: the root message's ``ts`` on Slack,
     a thread's id on Discord, the root message's id on Teams. Notifications go there, and so do
@@ -469,7 +470,17 @@ def parse_config(
             stores = config.stores.model_copy(update={"ledger": str(path.parent / ledger)})
             config = config.model_copy(update={"stores": stores})
     _resolve_profiles(config, providers, problems)
+    first_of: dict[tuple[str, str], str] = {}  # one entry per platform channel of a profile
     for name, channel in config.channels.items():
+        first = first_of.setdefault((channel.profile, channel.channel_id), name)
+        if first != name:  # two senders, two budgets, and one of the two gets every reply
+            problems.append(
+                ConfigProblem(
+                    f"channels.{name}.channel_id",
+                    f"{channel.channel_id!r} on profile {channel.profile!r} is already "
+                    f"channels.{first}; one entry per platform channel",
+                )
+            )
         if channel.profile not in config.profiles:
             known = ", ".join(sorted(config.profiles)) or "none defined"
             problems.append(

@@ -91,6 +91,7 @@ def _settings_lines(
 def starter_files(providers: list[str]) -> tuple[str, str]:
     """The text of ``bridge.toml`` and ``.env.example`` for ``providers`` (installed names)."""
     registry = get_plugin_manager().providers
+    presets = registry.budget_presets
     env: dict[str, str] = {}
     out = [
         "# bridge-core configuration, written by `chatbridge init`.",
@@ -107,8 +108,9 @@ def starter_files(providers: list[str]) -> tuple[str, str]:
             f"# ---- {provider}: {kind.description or entry.distribution} ({entry.distribution})",
             f"[profiles.{profile}]",
             f'provider = "{provider}"',
-            f"# budget = {json.dumps(provider)}   # default: the provider's own;"
-            " or { burst = 3, per_hour = 3600 }",
+            # a preset the registry has (a provider's own, when it offers one), else a table
+            f"# budget = {json.dumps(provider if provider in presets else 'unlimited')}"
+            "   # default: the provider's own; or { burst = 3, per_hour = 3600 }",
             "",
             f"[profiles.{profile}.settings]",
             *_settings_lines(kind.settings_model, provider=provider, prefix=provider, env=env),

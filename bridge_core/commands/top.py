@@ -116,12 +116,22 @@ def command(
     if url is None:
         config = load_cli_config(config_path)
         host = "127.0.0.1" if config.api.host in ("0.0.0.0", "::", "") else config.api.host
-        url = f"http://{host}:{config.api.port}"
+        url = (
+            f"http://[{host}]:{config.api.port}"
+            if ":" in host
+            else f"http://{host}:{config.api.port}"
+        )
         if token is None and config.api.token is not None:
             token = config.api.token.get_secret_value()
+    if token is not None and not token.isascii():
+        raise click.BadParameter("must be ASCII (it goes in an HTTP header)", param_hint="--token")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     console = Console()
-    with httpx.Client(base_url=url, headers=headers, timeout=5.0) as client:
+    try:
+        client = httpx.Client(base_url=url, headers=headers, timeout=5.0)
+    except (httpx.InvalidURL, ValueError) as error:
+        raise click.BadParameter(f"{url!r} is not a URL: {error}", param_hint="--url") from None
+    with client:
         if once:
             console.print(render_status(_fetch(client)))
             return

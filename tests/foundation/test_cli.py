@@ -147,3 +147,29 @@ def test_every_listed_command_exposes_a_click_command() -> None:
     names = group.list_commands(ctx)
     assert {"providers", "check", "plugins", "run", "demo", "simulate", "ledger"} <= set(names)
     assert all(isinstance(group.get_command(ctx, name), click.Command) for name in names)
+
+
+def test_top_names_a_bad_token_or_url_instead_of_a_traceback() -> None:
+    from click.testing import CliRunner
+
+    from bridge_core.cli import build_cli
+
+    runner = CliRunner()
+    result = runner.invoke(
+        build_cli(), ["top", "--once", "--url", "http://127.0.0.1:1", "--token", "tök"]
+    )
+    assert result.exit_code == 2 and "--token" in result.output and "ASCII" in result.output
+    result = runner.invoke(build_cli(), ["top", "--once", "--url", "http://[::1"])
+    assert result.exit_code == 2 and "--url" in result.output, result.output
+
+
+def test_top_brackets_an_ipv6_host_from_the_config(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from bridge_core.cli import build_cli
+
+    config = tmp_path / "bridge.toml"
+    config.write_text('[api]\nhost = "::1"\nport = 1\n')  # nothing listens on port 1
+    result = CliRunner().invoke(build_cli(), ["top", "--once", "-c", str(config)])
+    assert "Invalid port" not in result.output and not isinstance(result.exception, ValueError)
+    assert result.exit_code == 1 and "[::1]:1" in result.output, result.output

@@ -180,6 +180,24 @@ def test_an_unknown_profile_is_named_with_the_known_ones(
     assert str(caught.value).startswith(f"{path}: channels.ops.profile: ")
 
 
+def test_two_entries_for_one_platform_channel_are_refused(
+    tmp_path: Path, providers: ProviderRegistry
+) -> None:
+    # each would get a sender and a full budget, and the gateway routes replies to only one
+    text = (
+        '[profiles.a]\nprovider = "console"\n'
+        '[channels.ops]\nprofile = "a"\nchannel_id = "C1"\n'
+        '[channels.ops-copy]\nprofile = "a"\nchannel_id = "C1"\n'
+        '[channels.dev]\nprofile = "a"\nchannel_id = "C2"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), providers=providers)
+    assert problems_of(caught) == {
+        "channels.ops-copy.channel_id": "'C1' on profile 'a' is already channels.ops; "
+        "one entry per platform channel"
+    }
+
+
 def test_an_uninstalled_provider_lists_the_installed_and_the_pip_line(
     providers: ProviderRegistry,
 ) -> None:
