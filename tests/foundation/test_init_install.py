@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -67,6 +68,10 @@ def test_init_writes_a_config_that_check_accepts_for_every_installed_provider(
         key = where.rsplit(".", 1)[1]
         value = examples.get(key, '"x"')
         text = text.replace(f'{key} = "FILL IN"', f"{key} = {value}", 1)
+    # and the budget each profile's comment suggests is one that exists
+    suggested = r'^# budget = ("[^"]*")(?=\s+# default: the provider)'
+    text = re.sub(suggested, r"budget = \1", text, flags=re.MULTILINE)
+    assert text.count("\nbudget = ") == len(providers)
     config.write_text(text, encoding="utf-8")
     checked = runner.invoke(build_cli(), ["check", "-c", str(config), "--json"], env=env)
     assert checked.exit_code == 0, checked.output
