@@ -110,6 +110,13 @@ def posts(tmp_path: Path) -> list[str]:
     return [line["text"] for line in lines if line["op"] == "post"]
 
 
+def written(tmp_path: Path) -> list[str]:
+    """Every text the console posted or edited, in order."""
+    path = tmp_path / "t.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [line["text"] for line in lines if line["op"] in ("post", "edit")]
+
+
 OPTIONS = GatewayOptions(port=0, settle=0.05, heartbeat=0.2, grace=2.0)
 
 

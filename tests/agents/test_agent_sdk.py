@@ -4,7 +4,6 @@ token refused, and a turn lost with its connection."""
 
 from __future__ import annotations
 
-import json
 import random
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from bridge_core.agent import Refused, TurnLost, connect
 from bridge_core.conversation import Frame, Leave, LeaveReason
 from bridge_core.provider import InboundMessage
 
-from .conftest import OPTIONS, TOKEN, GatewayThread, make_config, posts
+from .conftest import OPTIONS, TOKEN, GatewayThread, make_config, posts, written
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -114,13 +113,7 @@ async def test_a_refused_delta_is_not_taken_for_the_final_s_outcome(
             ack = await turn.final("the whole final answer")
             assert ack.recorded == "final"
             break
-    await until(lambda: "the whole final answer" in _written(tmp_path))
-
-
-def _written(tmp_path: Path) -> list[str]:
-    path = tmp_path / "t.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [entry["text"] for entry in map(json.loads, lines) if entry["op"] in ("post", "edit")]
+    await until(lambda: "the whole final answer" in written(tmp_path))
 
 
 @pytest.mark.anyio

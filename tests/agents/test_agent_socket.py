@@ -33,6 +33,7 @@ from .conftest import (
     make_config,
     posts,
     say,
+    written,
 )
 
 
@@ -205,13 +206,6 @@ async def test_a_stream_ended_otherwise_says_interrupted_and_a_final_may_replace
     await raw.send({"type": "final", "turn": turn["turn"], "text": "plain"})
     assert (await raw.recv())["recorded"] == "reply"
     await until(lambda: "plain" in posts(tmp_path))
-
-
-def written(tmp_path: Path) -> list[str]:
-    """Every text the console posted or edited, in order."""
-    path = tmp_path / "t.jsonl"
-    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    return [line["text"] for line in lines if line["op"] in ("post", "edit")]
 
 
 # ---------------------------------------------------------------------- bad input

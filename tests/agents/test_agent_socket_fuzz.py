@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 
 from bridge_core.agent import protocol as p
 from bridge_core.runtime import Gateway
+from bridge_core.testing.http_fuzz import ANY_TEXT
 
 from .conftest import OPTIONS, Client, frames_answering, say
 
-# full Unicode: lone surrogates, NUL and control characters included (JSON escapes them)
-any_text = st.text(st.characters(codec=None), max_size=40)
+# full Unicode: lone surrogates, NUL and control characters included (JSON escapes them);
+# st.characters() alone never draws a surrogate, so the kit's ANY_TEXT
+any_text = ANY_TEXT
 scalar = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | any_text
 nested = st.recursive(
     scalar,

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
 
 from bridge_core.cli import build_cli
 from bridge_core.commands.ledger import parse_age
@@ -23,6 +24,7 @@ from bridge_core.ledger import (
     open_store,
 )
 from bridge_core.provider import MessageRef, Unreachable
+from bridge_core.testing.http_fuzz import ANY_TEXT  # surrogates, NUL and controls drawn often
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +174,23 @@ def test_a_postgres_url_that_cannot_be_parsed_is_an_error_not_a_traceback() -> N
     result = CliRunner().invoke(build_cli(), ["ledger", "--ledger", "postgresql://[bad", "counts"])
     assert result.exit_code == 1 and "cannot be parsed" in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+ANY_ARGUMENT = ANY_TEXT.filter(lambda text: not text.startswith("-"))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(argument=ANY_ARGUMENT)
+def test_any_argument_is_answered_or_named_never_a_traceback(tmp_path: Path, argument: str) -> None:
+    ledger = tmp_path / "fuzz.db"
+    if not ledger.exists():
+        _ledger_file(ledger)
+    for args in (["retry", argument], ["list", "--channel", argument]):
+        result = CliRunner().invoke(build_cli(), ["ledger", "--ledger", str(ledger), *args])
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            args,
+            result.output,
+        )
+        assert result.exit_code in (0, 1, 2), (args, result.output)
