@@ -74,30 +74,29 @@ def measure(text: str, unit: LengthUnit) -> int:
     return len(text.encode("utf-8"))
 
 
-def _char_cost(ch: str, unit: LengthUnit) -> int:
+def _cost(text: str, unit: LengthUnit) -> int:
+    """``measure``, but a lone surrogate counts as the platform's encoder would write it escaped
+    (3 bytes, 1 UTF-16 unit) instead of failing: ``chunk`` cuts any text it is given."""
     if unit is LengthUnit.CHARACTERS:
-        return 1
-    code = ord(ch)
+        return len(text)
     if unit is LengthUnit.UTF16:
-        return 2 if code > 0xFFFF else 1
+        return len(text.encode("utf-16-le", "surrogatepass")) // 2
     if unit is LengthUnit.JSON_ASCII:
-        if ch in _JSON_SHORT:
-            return 2
-        if code < 0x20 or 0x7F <= code <= 0xFFFF:
-            return 6  # \u001b, \u007f, \u00e9
-        return 1 if code < 0x7F else 12  # an astral character is a \ud83d\ude00 pair
+        return len(json.dumps(text)) - 2
     if unit is LengthUnit.JSON_UTF8:
-        if ch in _JSON_SHORT:
-            return 2
-        if code < 0x20:
-            return 6  # \u001b; everything else is written as its UTF-8
-    if code < 0x80:
-        return 1
-    if code < 0x800:
-        return 2
-    if code < 0x10000:
-        return 3
-    return 4
+        return len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+# The most one character costs in each unit: an astral character is 2 UTF-16 units, 4 bytes, 12
+# as a JSON pair of \u escapes; a control character is 6 in JSON (\u001b).
+_MOST_A_CHARACTER = {
+    LengthUnit.CHARACTERS: 1,
+    LengthUnit.UTF16: 2,
+    LengthUnit.BYTES: 4,
+    LengthUnit.JSON_ASCII: 12,
+    LengthUnit.JSON_UTF8: 6,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,27 +146,60 @@ def _fence(opening: re.Match[str], end: int) -> _Fence:
     )
 
 
+# A cluster surely ends between two characters judged from them alone (UAX #29) when the first
+# is a control or a line feed (GB4), or when the first is a plain character (GCB=Other: no rule
+# joins anything to it from the left) and the second joins nothing to the cluster before it (GB9,
+# GB9a). The cutter segments only from such a place, never from the start of the whole text.
+# So does a cluster before a printable ASCII character unless a prefix (GB9b), a joiner (GB11),
+# a flag's first half (GB12, GB13), a Hangul syllable (GB6-8) or a carriage return (GB3) ends it.
+_SURE_END = regex.compile(
+    r"(?<=[\p{GCB=Control}\p{GCB=LF}])"
+    r"|(?<=\p{GCB=Other})(?![\p{GCB=Extend}\p{GCB=ZWJ}\p{GCB=SpacingMark}])"
+    r"|(?<=[\p{GCB=Extend}\p{GCB=SpacingMark}])(?=[\x20-\x7e])"
+)
+_SURE_END_BEFORE = regex.compile(_SURE_END.pattern, regex.REVERSE)
+_LOOK_BACK = 256  # characters searched for such a place before segmenting from the part's start
+# Runs of regional indicators pair up from the run's start, so a place an even number of them
+# into a run is a cluster's end. The regex module segments such a run in quadratic time (it
+# counts back to the run's start at each one): 16,000 of them took 1.3 s, so the cutter never
+# segments far into a run.
+_FLAG_RUN = regex.compile(r"\p{GCB=Regional_Indicator}{3,}")
+
+
 class _Cutter:
-    """Where ``text`` may be cut, and what each span costs in ``unit``."""
+    """Where ``text`` may be cut, and what each span costs in ``unit``.
+
+    Nothing is computed a character at a time in Python over the whole text: that took 0.4 to
+    1.3 s for a text of a million characters, all of it holding the event loop. A part's reach is
+    found by measuring slices, and grapheme clusters are segmented only around each cut, from a
+    place where a cluster surely ends (``_SURE_END``), so a cut costs about its part's length in
+    C and a few hundred characters in Python (ADR 0184)."""
 
     def __init__(self, text: str, unit: LengthUnit, atomic: re.Pattern[str]) -> None:
         self.text = text
         self.unit = unit
         self.fences = _fences(text)
         self.fence_starts = [fence.body_start for fence in self.fences]  # ascending: they nest not
-        forbidden: set[int] = set()
-        for match in atomic.finditer(text):
-            forbidden.update(range(match.start() + 1, match.end()))
-        for fence in self.fences:
-            # Never inside an opening line, nor right after it (a part of nothing but "```py").
-            forbidden.update(range(fence.opener_start + 1, fence.body_start + 1))
-        self.graphemes = [m.end() for m in _GRAPHEME.finditer(text)]
-        self.allowed = [p for p in self.graphemes if p not in forbidden]
-        self.allowed_set = frozenset(self.allowed)
-        self.costs = [0, *itertools.accumulate(_char_cost(ch, unit) for ch in text)]
+        spans = [(m.start() + 1, m.end()) for m in atomic.finditer(text) if m.end() > m.start() + 1]
+        # Never inside an opening line, nor right after it (a part of nothing but "```py").
+        spans += [(fence.opener_start + 1, fence.body_start + 1) for fence in self.fences]
+        spans.sort()
+        # the forbidden positions as disjoint [start, end) runs, merged where they overlap
+        self._forbidden_starts: list[int] = []
+        self._forbidden_ends: list[int] = []
+        for low, high in spans:
+            if self._forbidden_ends and low <= self._forbidden_ends[-1]:
+                self._forbidden_ends[-1] = max(self._forbidden_ends[-1], high)
+            else:
+                self._forbidden_starts.append(low)
+                self._forbidden_ends.append(high)
+        self._flag_runs: list[tuple[int, int]] = [
+            (int(m.start()), int(m.end())) for m in _FLAG_RUN.finditer(text)
+        ]
+        self._long_cluster_end = -1  # the end of the last cluster a part was cut inside of
 
     def cost(self, start: int, end: int) -> int:
-        return self.costs[end] - self.costs[start]
+        return _cost(self.text[start:end], self.unit)
 
     def fence_at(self, position: int) -> _Fence | None:
         # Fences follow one another, so only the last to open at or before ``position`` can hold
@@ -180,7 +212,7 @@ class _Cutter:
 
     def cut(self, start: int, budget: int) -> int:
         """The best end for a part starting at ``start`` costing at most ``budget``."""
-        end = bisect.bisect_right(self.costs, self.costs[start] + budget, lo=start) - 1
+        end = self._reach(start, budget)
         if end >= len(self.text):
             return len(self.text)
         if end <= start:
@@ -189,25 +221,109 @@ class _Cutter:
                 f"a part of at most {budget} {self.unit.value} cannot hold the character "
                 f"U+{ord(char):04X} at position {start}: raise max_length"
             )
-        cut = _last_at_most(self.allowed, start, end)
+        base = start  # where clusters are segmented from: a cluster's end
+        if start < self._long_cluster_end:
+            # The last part was cut inside a cluster too long for any part: cut it again if it
+            # fills this part too, else segment from its end (from here, the rest of it would
+            # look like clusters of its own).
+            if self._long_cluster_end > end:
+                return end
+            base = self._long_cluster_end
+        cut = self._last_end(base, end, allowed_only=True)
+        if cut is None and base > start and not self._forbidden(base):
+            cut = base
         if cut is None:
             # A token or a grapheme cluster longer than a whole part: cut it rather than loop.
-            cut = _last_at_most(self.graphemes, start, end) or end
-            return cut
+            inside = self._last_end(base, end, allowed_only=False)
+            if inside is not None or base > start:
+                return inside or base
+            # No cluster ends in the part: the one starting at ``base`` is longer than it.
+            cluster = _GRAPHEME.match(self.text, base)
+            self._long_cluster_end = base + (len(cluster.group()) if cluster else 0)
+            return end
         soft_floor = start + max(1, (cut - start) * 4 // 5)
         for separator in ("\n", " "):
             position = self.text.rfind(separator, soft_floor, cut)
-            if position != -1 and (position + 1) in self.allowed_set:
+            if position != -1 and self._allowed(base, position + 1):
                 return position + 1
         return cut
 
+    def _reach(self, start: int, budget: int) -> int:
+        """The furthest end whose span from ``start`` costs at most ``budget``."""
+        high = min(len(self.text), start + budget)  # no character costs less than 1
+        if self.unit is LengthUnit.CHARACTERS or self.cost(start, high) <= budget:
+            return high
+        # cost(start, low) <= budget < cost(start, high); a span's cost is the sum of its
+        # characters', so each step measures only the half it adds
+        low = start + budget // _MOST_A_CHARACTER[self.unit]
+        spent = self.cost(start, low)
+        while high - low > 1:
+            middle = (low + high) // 2
+            more = self.cost(low, middle)
+            if spent + more <= budget:
+                low, spent = middle, spent + more
+            else:
+                high = middle
+        return low
 
-def _last_at_most(positions: list[int], start: int, end: int) -> int | None:
-    """The largest of the sorted ``positions`` in ``(start, end]``."""
-    index = bisect.bisect_right(positions, end) - 1
-    if index >= 0 and positions[index] > start:
-        return positions[index]
-    return None
+    def _forbidden(self, position: int) -> bool:
+        index = bisect.bisect_right(self._forbidden_starts, position) - 1
+        return index >= 0 and position < self._forbidden_ends[index]
+
+    def _allowed(self, start: int, position: int) -> bool:
+        if self._forbidden(position):
+            return False
+        if position >= len(self.text) or _SURE_END.match(self.text, position):
+            return True
+        low = self._segment_from(start, position)
+        return position in self._ends(low, position)
+
+    def _last_end(self, start: int, end: int, *, allowed_only: bool) -> int | None:
+        """The last cluster end in ``(start, end]`` (that is not forbidden, if ``allowed_only``)."""
+        high = end
+        while high > start:
+            low = self._segment_from(start, high)
+            for position in reversed(self._ends(low, high)):
+                if not (allowed_only and self._forbidden(position)):
+                    return position
+            if low <= start:
+                return None
+            if not (allowed_only and self._forbidden(low)):
+                return low
+            high = low - 1
+        return None
+
+    def _segment_from(self, start: int, position: int) -> int:
+        """A place at or before ``position`` where a cluster surely ends: near it if one is,
+        else ``start`` (a part starts at a cluster's end, or where a cluster too long for any
+        part was cut)."""
+        run = bisect.bisect_right(self._flag_runs, (position, len(self.text))) - 1
+        if run >= 0 and position < self._flag_runs[run][1]:
+            run_start = self._flag_runs[run][0]
+            paired = run_start + (position - run_start) // 2 * 2
+            if paired > run_start:
+                return max(paired, start)
+        # up to one character past ``position``: the test looks at the character after a place
+        # (a match at the very end of the searched text saw nothing after it, so it is no proof)
+        low = max(start, position - _LOOK_BACK)
+        for found in _SURE_END_BEFORE.finditer(self.text[low : position + 1]):
+            place = low + int(found.start())
+            if place <= position:
+                return place
+        return start
+
+    def _ends(self, low: int, high: int) -> list[int]:
+        """The ends of the clusters from ``low`` (a cluster's end) up to ``high``, ascending.
+        Segmented up to one character past ``high``: whether a cluster ends at a place depends
+        on the character after it, and on nothing further on."""
+        # A slice, not ``pos``: from ``pos`` the regex module looks behind it for a run of
+        # regional indicators, back to the run's start, and a text of flags cut quadratically.
+        clusters = _GRAPHEME.findall(self.text[low : high + 1])
+        return [
+            end
+            for end in itertools.accumulate(map(len, clusters), initial=low)
+            if low < end <= high
+        ]
 
 
 def chunk(

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_core.provider import LengthUnit
+from bridge_core.testing.http_fuzz import ANY_TEXT
 from bridge_core.text import _FENCE_LINE, chunk, measure
 
 UNITS = list(LengthUnit)
@@ -154,7 +155,21 @@ def test_fenced_text_parts_fit_and_stay_balanced(
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(alphabet=VALID_CHARACTERS, max_size=40))
 def test_chunk_costs_agree_with_measure_over_full_unicode(text: str) -> None:
-    from bridge_core.text import _char_cost
+    from bridge_core.text import _cost
 
     for unit in UNITS:
-        assert sum(_char_cost(ch, unit) for ch in text) == measure(text, unit), (unit, text)
+        assert _cost(text, unit) == measure(text, unit), (unit, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=ANY_TEXT)
+def test_a_spans_cost_is_the_sum_of_its_characters(text: str) -> None:
+    """The cutter finds a part's reach by measuring only the half it adds at each step, and
+    starts from the least a part of ``budget`` can hold: both need a span's cost to be the sum of
+    its characters' costs, each at most ``_MOST_A_CHARACTER`` (lone surrogates included)."""
+    from bridge_core.text import _MOST_A_CHARACTER, _cost
+
+    for unit in UNITS:
+        costs = [_cost(ch, unit) for ch in text]
+        assert sum(costs) == _cost(text, unit), (unit, text)
+        assert all(1 <= cost <= _MOST_A_CHARACTER[unit] for cost in costs), (unit, text)
