@@ -470,15 +470,20 @@ def parse_config(
             stores = config.stores.model_copy(update={"ledger": str(path.parent / ledger)})
             config = config.model_copy(update={"stores": stores})
     _resolve_profiles(config, providers, problems)
-    first_of: dict[tuple[str, str], str] = {}  # one entry per platform channel of a profile
+    # One entry per channel id, across profiles too: a channel's conversation log is named by
+    # its id, and two profiles' channels would be one agent group answering through either.
+    first_of: dict[str, str] = {}
     for name, channel in config.channels.items():
-        first = first_of.setdefault((channel.profile, channel.channel_id), name)
-        if first != name:  # two senders, two budgets, and one of the two gets every reply
+        first = first_of.setdefault(channel.channel_id, name)
+        if first != name:
+            other = config.channels[first].profile
+            where = "" if other == channel.profile else f" (on profile {other!r})"
             problems.append(
                 ConfigProblem(
                     f"channels.{name}.channel_id",
                     f"{channel.channel_id!r} on profile {channel.profile!r} is already "
-                    f"channels.{first}; one entry per platform channel",
+                    f"channels.{first}{where}; one entry per channel id, as the channel's "
+                    "conversation log is named by it",
                 )
             )
         if channel.profile not in config.profiles:

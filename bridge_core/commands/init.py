@@ -117,7 +117,8 @@ def starter_files(providers: list[str]) -> tuple[str, str]:
             "",
             f"[channels.{provider}]",
             f'profile = "{profile}"',
-            f'channel_id = "{_EXAMPLE_CHANNEL.get(provider, "FILL IN")}"'
+            # one id per channel, across profiles too: a placeholder names its provider
+            f'channel_id = "{_EXAMPLE_CHANNEL.get(provider, f"FILL IN: a {provider} id")}"'
             "  # the platform's id of the channel to post in",
             '# agent = "my_agents.support:answer"   # who answers people here (module:function)',
             '# kinds = ["AgentSpawned", "StatusChanged", "AgentFinished", "AgentGone"]',

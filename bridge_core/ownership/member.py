@@ -207,13 +207,17 @@ class AgentGroupMember:
         """Whether ``turn``, taken from this member's queue, is still this member's to start: a
         handler that waits before it starts the turn (a connection's free slot) asks again, as
         the turn moves to another member when this one is expelled meanwhile."""
-        view = self.view
-        if self._expelled or view is None or self.current_id is None:
+        view, me = self.view, self.current_id
+        if self._expelled or view is None or me is None or not view.joined:
             return False
-        return any(
-            pending.seq == turn.seq and owner == self.current_id
-            for pending, owner in view.pending(turn.conversation)
-        )
+        for pending, owner in view.pending(turn.conversation):
+            if pending.seq == turn.seq:
+                return owner == me
+        # Not among the view's pending turns: its conversation was dropped (the view keeps
+        # ``max_conversations``) while the turn waited in our queue. Every member folds the same
+        # log and dropped it too, so nobody else will answer it: it is still ours. (A turn moves
+        # away only when its owner leaves, and our queues are emptied when we join again.)
+        return True
 
     async def run(self) -> None:
         """Serve until ``stop()`` or cancellation; rejoin under a new id after an expiry."""

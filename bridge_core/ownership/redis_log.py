@@ -52,6 +52,15 @@ __all__ = ["RedisConversationLog", "seq_of", "stream_id_of"]
 _SEQ_BITS = 20
 _HISTORY_SCAN = 2000
 
+
+def _since(seq: int, settle_ms: int) -> float:
+    """A joiner's ``since``, computed as the members hash and a leave's ``si`` hold it (the
+    join's milliseconds plus the settle, then seconds): ``at + settle / 1000`` is one ulp off
+    for about a fifth of settles, and members that read it one way and the other assigned a
+    turn in that millisecond to different owners."""
+    return ((seq >> _SEQ_BITS) + settle_ms) / 1000.0
+
+
 _JOIN = """
 local before = redis.call('HGETALL', KEYS[2])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*',
@@ -186,7 +195,7 @@ class RedisConversationLog:
         if kind == "f":
             return Frame(self.channel, f["c"], seq, at, int(f["s"]), f["mb"], f["o"])
         if kind == "j":
-            return Join(self.channel, seq, at, f["mb"], at + int(f["st"]) / 1000.0)
+            return Join(self.channel, seq, at, f["mb"], _since(seq, int(f["st"])))
         return Leave(self.channel, seq, at, f["mb"], LeaveReason(f["r"]))
 
     # ------------------------------------------------------------------ writes
@@ -234,7 +243,7 @@ class RedisConversationLog:
         before = {flat[i]: int(flat[i + 1]) / 1000.0 for i in range(0, len(flat), 2)}
         seq = seq_of(entry_id)
         at = (seq >> _SEQ_BITS) / 1000.0
-        return JoinResult(Join(self.channel, seq, at, member, at + settle_ms / 1000.0), before)
+        return JoinResult(Join(self.channel, seq, at, member, _since(seq, settle_ms)), before)
 
     async def leave(self, member: str) -> Leave | None:
         entry_id = await self._call(

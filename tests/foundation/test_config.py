@@ -194,7 +194,24 @@ def test_two_entries_for_one_platform_channel_are_refused(
         load_config(write(tmp_path, text), providers=providers)
     assert problems_of(caught) == {
         "channels.ops-copy.channel_id": "'C1' on profile 'a' is already channels.ops; "
-        "one entry per platform channel"
+        "one entry per channel id, as the channel's conversation log is named by it"
+    }
+
+
+def test_one_channel_id_on_two_profiles_is_refused(
+    tmp_path: Path, providers: ProviderRegistry
+) -> None:
+    # one conversation log and one agent group for both: p1's turns were answered through p2
+    text = (
+        '[profiles.p1]\nprovider = "console"\n[profiles.p2]\nprovider = "console"\n'
+        '[channels.a]\nprofile = "p1"\nchannel_id = "ops"\n'
+        '[channels.b]\nprofile = "p2"\nchannel_id = "ops"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), providers=providers)
+    assert problems_of(caught) == {
+        "channels.b.channel_id": "'ops' on profile 'p2' is already channels.a (on profile 'p1'); "
+        "one entry per channel id, as the channel's conversation log is named by it"
     }
 
 

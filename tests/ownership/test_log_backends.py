@@ -130,6 +130,23 @@ async def test_frames_joins_leaves_heartbeats(open_log: Factory) -> None:
     assert (stats.members, stats.turns_admitted, stats.turns_answered) == (1, 1, 1)
 
 
+async def test_a_members_since_is_the_same_float_however_it_is_read(open_log: Factory) -> None:
+    # Whether a member is eligible for a turn compares the two exactly: a view that took a
+    # member's ``since`` from the membership and one that folded its join must agree to the bit
+    # (Redis computed one as ``at + settle`` and the other from milliseconds: an ulp apart for
+    # about a fifth of settles, and a turn in that millisecond had two owners).
+    log = await open_log()
+    joins = [await log.join(f"x{index}", settle=settle) for index, settle in enumerate(SETTLES)]
+    last = await log.join("last", settle=0.0)
+    folded = {r.member: r.since for r in await log.read(after_seq=0) if isinstance(r, Join)}
+    for joined in joins:
+        member = joined.join.member
+        assert last.members_before[member] == joined.join.since == folded[member], member
+
+
+SETTLES = [0.2, 0.7, 0.3, 0.9, 1.1, 0.123, 2.5, 0.01, 0.6, 0.35]
+
+
 async def test_the_reaper_appends_each_expiry_exactly_once(open_log: Factory) -> None:
     handles = [await open_log() for _ in range(3)]
     await handles[0].join("dead1", settle=0.0)

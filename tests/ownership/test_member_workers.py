@@ -94,3 +94,46 @@ async def test_max_concurrent_below_one_is_refused() -> None:
 
     with pytest.raises(ValueError, match="max_concurrent"):
         AgentGroupMember(log, member_id="m", on_turn=on_turn, max_concurrent=0)
+
+
+async def test_a_turn_whose_conversation_the_view_dropped_is_still_answered() -> None:
+    # The view keeps ``max_conversations`` conversations with unanswered turns; the member's
+    # queue keeps every turn it was given. A connected agent's handler asks ``still_owns``
+    # before it starts a turn (AgentConnection._hold): a turn whose conversation the view had
+    # dropped was refused there, and nobody else answered it (every member drops it alike).
+    store = MemoryLogStore()
+    log = MemoryConversationLog(store, channel="C")
+    answered: list[int] = []
+    refused: list[int] = []
+    all_taken = anyio.Event()
+    member: AgentGroupMember
+
+    async def on_turn(turn: Turn, history: Any) -> None:
+        if member.still_owns(turn):
+            await anyio.sleep(1.0)  # a slow agent, one turn at a time: the rest wait queued
+            answered.append(turn.seq)
+        else:
+            refused.append(turn.seq)
+        if len(answered) + len(refused) == 6:
+            all_taken.set()
+
+    member = AgentGroupMember(
+        log, member_id="m", on_turn=on_turn, settle=0.0, max_concurrent=1, max_conversations=3
+    )
+    admitted = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(member.run)
+        await member.ready.wait()
+        for author in range(6):
+            turn = await log.admit(
+                InboundMessage(
+                    message_id=f"m{author}", channel="C", author=f"u{author}", text="hi", at=0.0
+                )
+            )
+            assert turn is not None
+            admitted.append(turn.seq)
+        with anyio.fail_after(600):
+            await all_taken.wait()
+        member.stop()
+    assert member.view is not None and member.view.statistics().conversations_dropped >= 3
+    assert sorted(answered) == admitted and refused == []
