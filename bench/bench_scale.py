@@ -17,12 +17,18 @@ Three axes, each figure at every size, measured in one run:
 - group members (2 .. 64): turns through the in-memory log to N members (every member folds
   every record; one delivers each turn), so the folds per second are the figure that should stay
   flat, and the owner decision per turn, which grows with members (one hash each).
+- text length (10^4 .. 10^6 characters): an agent's text cut into parts of 4,000 UTF-8 bytes
+  (``chunk``), all of it in the event loop. Characters per second should stay flat: the cutter
+  segments only around each cut (ADR 0184). Prose has a floor, the regex module's segmentation
+  of the whole text into grapheme clusters (what the cutter before did first); a run of flags
+  has none, as that segmentation is quadratic in the run (16,000 flags took 1.3 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import sqlite3
 import tempfile
@@ -45,8 +51,9 @@ from bridge_core.ledger import Delivery, DeliveryLedger, open_store
 from bridge_core.ledger.sqlite import configure_connection
 from bridge_core.notify import Notifier, NotifyConfig
 from bridge_core.ownership import MemoryConversationLog, MemoryLogStore
-from bridge_core.provider import MessageRef
+from bridge_core.provider import LengthUnit, MessageRef
 from bridge_core.sending import ChannelSender
+from bridge_core.text import chunk
 
 AGENTS_PER_CHANNEL = 100
 YIELD_EVERY = 1_000
@@ -271,6 +278,58 @@ def member_figures(sizes: Sequence[int], turns: int) -> list[Figure]:
     return found
 
 
+# --------------------------------------------------------------------------- text length
+
+_PROSE = (
+    "The deploy finished in 4 min; naïve caching saved 日本語 time 🦆 see <https://x.io/a|log>.\n"
+)
+
+
+def _rate(work: Any, characters: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return characters / best
+
+
+def text_figures(sizes: Sequence[int]) -> list[Figure]:
+    import regex
+
+    clusters = regex.compile(r"\X", regex.DOTALL)
+    found = []
+    for characters in sizes:
+        prose = (_PROSE * (characters // len(_PROSE) + 1))[:characters]
+        flags = "🇫🇷" * (characters // 2)
+        cut = _rate(functools.partial(chunk, prose, 4000, unit=LengthUnit.BYTES), characters)
+        floor = _rate(functools.partial(clusters.findall, prose), characters)
+        cut_flags = _rate(functools.partial(chunk, flags, 4000, unit=LengthUnit.BYTES), characters)
+        print(
+            f"{characters:9,d} characters: prose {cut:12,.0f} chars/s (floor {floor:12,.0f}), "
+            f"flags {cut_flags:12,.0f} chars/s"
+        )
+        common = {"scale": "characters", "n": characters}
+        found += [
+            Figure(
+                name="scale.text_cut",
+                value=cut,
+                unit="chars/s",
+                floor=floor,
+                label="prose cut into 4,000-byte parts (floor: segmenting it all into clusters)",
+                **common,
+            ),
+            Figure(
+                name="scale.text_cut_flags",
+                value=cut_flags,
+                unit="chars/s",
+                label="a run of flags cut into 4,000-byte parts",
+                **common,
+            ),
+        ]
+    return found
+
+
 def figures(*, quick: bool = False) -> list[Figure]:
     """This module's figures (``bench/_figures.py``); ``quick``: small sizes."""
     if quick:
@@ -278,11 +337,13 @@ def figures(*, quick: bool = False) -> list[Figure]:
             *channel_figures([1, 10, 100], per_channel=1_000),
             *ledger_figures([1_000, 10_000], memory_up_to=1_000),
             *member_figures([2, 8, 64], turns=100),
+            *text_figures([10_000, 100_000]),
         ]
     return [
         *channel_figures([1, 10, 100], per_channel=5_000),
         *ledger_figures([1_000, 10_000, 100_000, 1_000_000], memory_up_to=100_000),
         *member_figures([2, 4, 8, 16, 32, 64], turns=1_000),
+        *text_figures([10_000, 100_000, 1_000_000]),
     ]
 
 
