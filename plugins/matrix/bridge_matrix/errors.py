@@ -10,7 +10,7 @@ errcode is the more precise of the two, so it is read first and the status is th
     M_UNKNOWN_TOKEN, M_MISSING_TOKEN, M_USER_DEACTIVATED, M_UNRECOGNIZED,
     M_NOT_FOUND on a post (the room is gone), other 401/404              -> Unreachable
     M_TOO_LARGE, M_BAD_JSON, M_NOT_JSON, M_INVALID_PARAM, other 400/413   -> MessageRejected
-    5xx, network errors, timeouts                                          -> TransportError
+    408, 425, 5xx, network errors, timeouts                                -> TransportError
 
 A kick or ban reads as ``Forbidden``, not ``Unreachable``: a room admin can invite the bot back,
 and the core re-checks a forbidden channel every 5 minutes. ``M_UNKNOWN_TOKEN`` is permanent for
@@ -47,6 +47,10 @@ Operation = Literal["post", "edit", "probe", "sync"]
 
 
 _BODY_STATUSES = frozenset({400, 413, 422})
+
+# A proxy in front of the homeserver answers 408 when it closed a slow request and 425 when it
+# will not replay early data; both say "try again" (RFC 9110, RFC 8470), not "the room is gone".
+_TRANSIENT_STATUSES = frozenset({408, 425})
 
 
 def retry_after_of(status: int, headers: Any, body: Any) -> float | None:
@@ -91,6 +95,8 @@ def map_error(
         return kind(f"the homeserver refused {where}: {meaning} ({detail})")
     if status >= 500:
         return TransportError(f"the homeserver failed {where} with a server error ({detail})")
+    if status in _TRANSIENT_STATUSES:
+        return TransportError(f"the homeserver asked to repeat {where} later ({detail})")
     if status == 403:
         return Forbidden(f"the homeserver refused {where}: forbidden ({detail})")
     if status == 401:

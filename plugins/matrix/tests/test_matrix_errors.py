@@ -37,6 +37,9 @@ def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
         (400, {"errcode": "M_UNKNOWN", "error": "bad relation"}, "post", MessageRejected),
         (500, {"errcode": "M_UNKNOWN"}, "post", TransportError),
         (502, None, "edit", TransportError),
+        (408, None, "post", TransportError),
+        (408, {}, "edit", TransportError),
+        (425, None, "post", TransportError),
         (418, None, "post", Unreachable),
     ],
 )

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from bridge_matrix import CAPABILITIES, MAX_LENGTH, MatrixProvider, MatrixSettings
 from bridge_matrix.inbound import SYNC_NAMESPACE
-from bridge_matrix.testing import FaultProxy, Synapse
+from bridge_matrix.testing import FaultProxy, ScriptedReply, Synapse
 from bridge_matrix.testing.fixtures import MemoryKV, People
 
 from bridge_core import (
@@ -20,6 +20,7 @@ from bridge_core import (
     MessageRejected,
     NotFound,
     RateLimited,
+    TransportError,
     Unreachable,
     chunk,
     posting_with_key,
@@ -52,6 +53,21 @@ async def test_a_real_429_is_raised_at_once_with_the_servers_retry_after(
     for error in refusals:
         assert error.retry_after is not None and 0 < error.retry_after <= 1.0
         assert "M_LIMIT_EXCEEDED" in str(error)
+
+
+async def test_a_proxys_408_or_425_is_transient_and_the_room_stays_usable(
+    synapse: Synapse, people: People, make_settings: Settings, proxy: FaultProxy, room: str
+) -> None:
+    async with MatrixProvider(make_settings(proxy.url, people.bot), profile="t") as bot:
+        for status in (408, 425):
+            proxy.script("PUT", "/send/", ScriptedReply(status=status, body={}))
+            with pytest.raises(TransportError, match=f"HTTP {status}"):
+                await bot.post(room, f"refused with {status}")
+        await bot.post(room, "the room is fine")
+    bodies = [
+        e["content"]["body"] for e in synapse.messages_by(people.person, room, people.bot.user_id)
+    ]
+    assert bodies == ["the room is fine"]
 
 
 async def test_a_kicked_bot_reads_as_forbidden_and_probes_false(
