@@ -4,7 +4,8 @@ The client-server API answers errors with an HTTP status and ``{"errcode", "erro
 errcode is the more precise of the two, so it is read first and the status is the fallback::
 
     M_LIMIT_EXCEEDED (429; retry_after_ms in the body, or Retry-After)   -> RateLimited
-    M_NOT_FOUND, or a 400 "Can't send relation to unknown event", on an edit -> NotFound (repost)
+    M_NOT_FOUND on an edit, or a 400 "Can't send relation to unknown event"
+    (the edit's target, or a post's thread root)                          -> NotFound
     M_FORBIDDEN (kicked, banned, not joined, no power), M_GUEST_ACCESS_FORBIDDEN,
     M_RESOURCE_LIMIT_EXCEEDED (the server's user limit)                   -> Forbidden
     M_UNKNOWN_TOKEN, M_MISSING_TOKEN, M_USER_DEACTIVATED, M_UNRECOGNIZED,
@@ -19,8 +20,9 @@ this profile: the token was revoked or the device logged out.
 ``map_error(status=, body=, headers=, operation=, where=)`` has the shape of every shipped
 plugin's mapper and the template's, with ``operation`` as Teams' has it: a not-found on an edit
 is the event (``NotFound``: post anew) but on a post the room (``Unreachable``), and only the
-caller knows which it asked. There is no ``map_exception``: httpx's failures are read at the
-call, which knows its deadline.
+caller knows which it asked. A relation to an unknown event is never the room: on a post it is
+the thread's root (``NotFound``, "the message (or thread) is gone"). There is no
+``map_exception``: httpx's failures are read at the call, which knows its deadline.
 """
 
 from __future__ import annotations
@@ -84,9 +86,14 @@ def map_error(
             f"the homeserver rate limited {where} ({detail})",
             retry_after=retry_after_of(status, headers, body),
         )
-    # Synapse refuses a relation to an event it does not have with a bare 400 (M_UNKNOWN).
-    unknown_target = status == 400 and "unknown event" in said.lower()
-    if errcode == "M_NOT_FOUND" or (status == 404 and not errcode) or unknown_target:
+    # Synapse refuses a relation to an event it does not have with a bare 400 (M_UNKNOWN). On a
+    # post that relation is the thread, so the root is what is missing, not the room: Unreachable
+    # would give up a room that takes every other post.
+    if status == 400 and "unknown event" in said.lower():
+        if operation == "edit":
+            return NotFound(f"the homeserver has no event to edit in {where} ({detail})")
+        return NotFound(f"the homeserver has no thread root for {where} ({detail})")
+    if errcode == "M_NOT_FOUND" or (status == 404 and not errcode):
         if operation == "edit":
             return NotFound(f"the homeserver has no event to edit in {where} ({detail})")
         return Unreachable(f"the homeserver refused {where}: not found ({detail})")

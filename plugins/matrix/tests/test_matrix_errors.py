@@ -17,6 +17,8 @@ from bridge_core import (
     Unreachable,
 )
 
+UNKNOWN_EVENT = "Can't send relation to unknown event"  # Synapse 1.163's words, errcode M_UNKNOWN
+
 
 @pytest.mark.parametrize("errcode", sorted(ERROR_CODES))
 def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
@@ -35,6 +37,8 @@ def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
         (401, None, "post", Unreachable),
         (413, {"errcode": "M_SOMETHING_NEW"}, "post", MessageRejected),
         (400, {"errcode": "M_UNKNOWN", "error": "bad relation"}, "post", MessageRejected),
+        (400, {"errcode": "M_UNKNOWN", "error": UNKNOWN_EVENT}, "post", NotFound),
+        (400, {"errcode": "M_UNKNOWN", "error": UNKNOWN_EVENT}, "edit", NotFound),
         (500, {"errcode": "M_UNKNOWN"}, "post", TransportError),
         (502, None, "edit", TransportError),
         (408, None, "post", TransportError),

@@ -70,6 +70,20 @@ async def test_a_proxys_408_or_425_is_transient_and_the_room_stays_usable(
     assert bodies == ["the room is fine"]
 
 
+async def test_a_post_into_an_unknown_thread_is_not_found_and_the_room_stays_usable(
+    synapse: Synapse, people: People, provider: MatrixProvider, room: str
+) -> None:
+    """Synapse refuses a relation to a root it does not have; that is the thread gone
+    (``NotFound``), not the room (``Unreachable`` would give up a room that works)."""
+    with pytest.raises(NotFound, match="thread root"):
+        await provider.post(room, "in a thread", thread="$no-such-root")
+    await provider.post(room, "plain post to the same room")
+    bodies = [
+        e["content"]["body"] for e in synapse.messages_by(people.person, room, people.bot.user_id)
+    ]
+    assert bodies == ["plain post to the same room"]
+
+
 async def test_a_kicked_bot_reads_as_forbidden_and_probes_false(
     synapse: Synapse, people: People, provider: MatrixProvider, room: str
 ) -> None:
