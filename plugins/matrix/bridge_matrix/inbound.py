@@ -5,6 +5,9 @@ conversation is the room and the thread root, so a message in a thread reads as
 ``channel=<room>, thread=<root event id>``. The event id is the platform's stable message id: a
 replayed batch repeats it, and the core's dedup drops the repeat.
 
+A room the bot joins while running arrives with its recent history (Synapse marks that timeline
+``limited``); what came before the bot's own join is dropped, as on a first start.
+
 Matrix has no "bot" flag on accounts. Messages of type ``m.notice`` are, by the spec, what
 automated clients send, and are marked ``author_is_bot``; so are the bridge's own events. Edits
 (``m.replace``) are never new turns.
@@ -13,6 +16,7 @@ automated clients send, and are marked ``author_is_bot``; so are the bridge's ow
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from bridge_core import InboundMessage, KeyValueStore
@@ -20,11 +24,14 @@ from bridge_core import InboundMessage, KeyValueStore
 __all__ = [
     "SYNC_FILTER",
     "SYNC_NAMESPACE",
+    "RoomTimeline",
     "SyncPosition",
+    "after_own_arrival",
     "inbound_from_event",
+    "is_own_arrival",
+    "joined_timelines",
     "kicks_in",
     "redacted_by",
-    "timeline_events",
 ]
 
 SYNC_NAMESPACE = "bridge_matrix.sync"
@@ -70,13 +77,57 @@ class SyncPosition:
             await self._kv.put(SYNC_NAMESPACE, self._key, token.encode())
 
 
-def timeline_events(sync: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(room_id, event)`` for every timeline event of joined rooms, in the server's order."""
+@dataclass(frozen=True, slots=True)
+class RoomTimeline:
+    """One joined room's timeline in a ``/sync`` answer. ``limited`` says the server left out
+    events between the request's ``since`` and the first of ``events``; ``prev_batch`` is where
+    ``/messages`` reads them from."""
+
+    room_id: str
+    events: list[dict[str, Any]]
+    limited: bool
+    prev_batch: str | None
+
+
+def joined_timelines(sync: dict[str, Any]) -> Iterator[RoomTimeline]:
+    """The timeline of every joined room, its events in the server's order (oldest first)."""
     joined = sync.get("rooms", {}).get("join", {})
     for room_id, room in joined.items():
-        for event in room.get("timeline", {}).get("events", []):
-            if isinstance(event, dict):
-                yield room_id, event
+        timeline = room.get("timeline", {}) if isinstance(room, dict) else {}
+        events = [e for e in timeline.get("events", []) if isinstance(e, dict)]
+        prev_batch = timeline.get("prev_batch")
+        yield RoomTimeline(
+            room_id=room_id,
+            events=events,
+            limited=timeline.get("limited") is True,
+            prev_batch=prev_batch if isinstance(prev_batch, str) else None,
+        )
+
+
+def is_own_arrival(event: dict[str, Any], user_id: str) -> bool:
+    """Whether ``event`` is ``user_id`` joining a room it was not joined to (a join over a join
+    is a new display name or avatar, not an arrival)."""
+    if event.get("type") != "m.room.member" or event.get("state_key") != user_id:
+        return False
+    content = event.get("content")
+    if not isinstance(content, dict) or content.get("membership") != "join":
+        return False
+    # The spec moved prev_content into unsigned; older servers put it at the top level.
+    unsigned = event.get("unsigned")
+    before = unsigned.get("prev_content") if isinstance(unsigned, dict) else None
+    if not isinstance(before, dict):
+        before = event.get("prev_content")
+    return not (isinstance(before, dict) and before.get("membership") == "join")
+
+
+def after_own_arrival(events: list[dict[str, Any]], user_id: str) -> list[dict[str, Any]] | None:
+    """The events after the bot's latest arrival among ``events``, or ``None`` when it did not
+    arrive in them. A homeserver shows a room the bot just joined with its recent history; that
+    was said before the bot was there, so it is history, not turns (ADR 0083)."""
+    for index in range(len(events) - 1, -1, -1):
+        if is_own_arrival(events[index], user_id):
+            return events[index + 1 :]
+    return None
 
 
 def kicks_in(sync: dict[str, Any], user_id: str) -> Iterator[tuple[str, dict[str, Any]]]:

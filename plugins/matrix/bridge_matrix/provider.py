@@ -48,10 +48,11 @@ from bridge_matrix.errors import Operation, map_error
 from bridge_matrix.inbound import (
     SYNC_FILTER,
     SyncPosition,
+    after_own_arrival,
     inbound_from_event,
+    joined_timelines,
     kicks_in,
     redacted_by,
-    timeline_events,
 )
 from bridge_matrix.settings import (
     CAPABILITIES,
@@ -326,15 +327,11 @@ class MatrixProvider(ChatProvider):
         log.info("matrix profile %s: receiving by /sync as %s", self._profile, own)
         while True:
             batch = await self._sync(since, hold=self._settings.sync_timeout)
-            for room_id, event in timeline_events(batch):
-                redacted = redacted_by(event)
-                if redacted is not None and redacted in self._posted:
-                    self._redacted.add(redacted)
-                    del self._posted[redacted]
-                message = inbound_from_event(room_id, event, profile=self._profile, own_user_id=own)
-                # The bridge's own posts and other bots' notices are never user turns.
-                if message is not None and not message.author_is_bot:
-                    await sink(message)
+            for timeline in joined_timelines(batch):
+                events = after_own_arrival(timeline.events, own)
+                if events is None:
+                    events = timeline.events
+                await self._deliver(sink, timeline.room_id, events)
             for room_id, event in kicks_in(batch, own):
                 membership = event.get("content", {}).get("membership")
                 log.warning(
@@ -350,6 +347,18 @@ class MatrixProvider(ChatProvider):
             if batch["next_batch"] != since:  # an empty long-poll moves nothing: no write
                 since = str(batch["next_batch"])
                 await self._position.save(since)
+
+    async def _deliver(self, sink: InboundSink, room_id: str, events: list[dict[str, Any]]) -> None:
+        own = self._settings.user_id
+        for event in events:
+            redacted = redacted_by(event)
+            if redacted is not None and redacted in self._posted:
+                self._redacted.add(redacted)
+                del self._posted[redacted]
+            message = inbound_from_event(room_id, event, profile=self._profile, own_user_id=own)
+            # The bridge's own posts and other bots' notices are never user turns.
+            if message is not None and not message.author_is_bot:
+                await sink(message)
 
     async def aclose(self) -> None:
         client, self._client = self._client, None

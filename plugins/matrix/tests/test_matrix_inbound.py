@@ -116,3 +116,38 @@ async def test_a_kick_is_logged_by_sync_and_sends_read_as_forbidden(
             await provider.post(room, "after the kick")
     kicks = [r.getMessage() for r in caplog.records if "kicked" in r.getMessage()]
     assert len(kicks) == 1 and room in kicks[0] and people.person.user_id in kicks[0], kicks
+
+
+async def test_a_room_joined_while_receiving_delivers_only_what_came_after_the_join(
+    synapse: Synapse, people: People, make_settings: Settings
+) -> None:
+    """Synapse shows a newly joined room with its recent history (the default visibility,
+    "shared", lets the bot read it); what was said before the bot arrived is not a turn."""
+    room = synapse.create_room(people.person)  # the bot is not in it yet
+    for n in range(5):
+        synapse.send_text(people.person, room, f"before the join {n}")
+    kv = MemoryKV()
+    key = (SYNC_NAMESPACE, f"{people.bot.user_id}|{people.bot.device_id}")
+    settings = make_settings(synapse.base_url, people.bot, inbound=True, sync_timeout=2.0)
+    got: list[str] = []
+    seen = anyio.Event()
+
+    async def sink(message: InboundMessage) -> None:
+        if message.text == "j-marker":
+            seen.set()
+        else:
+            got.append(message.text)
+
+    async with MatrixProvider(settings, profile="t", kv=kv) as provider:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, sink)
+            with anyio.fail_after(15):
+                while key not in kv.data:  # noqa: ASYNC110 (the store offers no event)
+                    await anyio.sleep(0.02)
+                synapse.invite(people.person, room, people.bot)
+                synapse.join(people.bot, room)
+                synapse.send_text(people.person, room, "after the join")
+                synapse.send_text(people.person, room, "j-marker")
+                await seen.wait()
+            tasks.cancel_scope.cancel()
+    assert got == ["after the join"]
