@@ -50,6 +50,7 @@ from bridge_matrix.inbound import (
     SyncPosition,
     after_own_arrival,
     inbound_from_event,
+    is_own_arrival,
     joined_timelines,
     kicks_in,
     redacted_by,
@@ -82,6 +83,15 @@ EDIT_FALLBACK_BYTES = 100
 do not understand edits); the full text is in ``m.new_content``."""
 
 _REMEMBERED_POSTS = 10_000  # own posts whose redaction /sync is watched for
+
+GAP_PAGE = 100
+"""Events per ``/messages`` request when a room's ``/sync`` timeline was ``limited``."""
+
+GAP_PAGES = 10
+"""Most ``/messages`` requests spent on one room's gap in one ``/sync``: a gateway down for days
+in a busy room would otherwise hand the agent thousands of stale turns and hold every other
+room's messages back while it pages. Past ``GAP_PAGES * GAP_PAGE`` events the oldest of the gap
+are skipped, with a warning naming the room."""
 
 _ROOM_PING = re.compile(r"@(room)\b", re.IGNORECASE)
 
@@ -284,6 +294,19 @@ class MatrixProvider(ChatProvider):
 
     # ------------------------------------------------------------------ inbound
 
+    async def _inbound_call(
+        self, where: str, path: str, params: dict[str, Any], *, deadline: float | None = None
+    ) -> MatrixResponse:
+        """A ``GET`` for ``receive``: a refused token stays ``Unreachable`` and a refusal of the
+        room ``Forbidden``; any other failure is ``ConnectionLost``, and the rebuilt provider asks
+        again from the stored position."""
+        try:
+            return await self._call("sync", where, "GET", path, params=params, deadline=deadline)
+        except (Unreachable, Forbidden):
+            raise
+        except ProviderError as exc:
+            raise ConnectionLost(f"Matrix {where} failed: {exc}") from None
+
     async def _sync(self, since: str | None, *, hold: float) -> dict[str, Any]:
         params: dict[str, Any] = {"timeout": int(hold * 1000)}
         if since is None:
@@ -292,17 +315,13 @@ class MatrixProvider(ChatProvider):
             params["since"] = since
             params["filter"] = _json(SYNC_FILTER)
         try:
-            answer = await self._call(
-                "sync",
+            answer = await self._inbound_call(
                 "/sync",
-                "GET",
                 "/_matrix/client/v3/sync",
-                params=params,
+                params,
                 deadline=hold + self._settings.call_deadline,
             )
-        except Unreachable:
-            raise
-        except ProviderError as exc:
+        except Forbidden as exc:
             raise ConnectionLost(f"Matrix /sync failed: {exc}") from None
         if not isinstance(answer.body.get("next_batch"), str):
             raise ConnectionLost("Matrix /sync answered without next_batch")
@@ -314,7 +333,9 @@ class MatrixProvider(ChatProvider):
         position) or ``Unreachable`` when the token is refused.
 
         The position is stored only after every event of a batch reached the sink: a crash in
-        between replays that batch, and the core's dedup drops what it already had.
+        between replays that batch, and the core's dedup drops what it already had. That
+        includes the gap of a ``limited`` timeline, read back by ``_gap`` before the timeline's
+        own events.
         """
         if not self._settings.inbound:
             return
@@ -331,6 +352,11 @@ class MatrixProvider(ChatProvider):
                 events = after_own_arrival(timeline.events, own)
                 if events is None:
                     events = timeline.events
+                    # A limited timeline starts after a gap the server left out; a room the bot
+                    # just joined is not read back (what came before the join is history).
+                    if timeline.limited and timeline.prev_batch is not None:
+                        gap = await self._gap(timeline.room_id, timeline.prev_batch, since)
+                        events = gap + events
                 await self._deliver(sink, timeline.room_id, events)
             for room_id, event in kicks_in(batch, own):
                 membership = event.get("content", {}).get("membership")
@@ -347,6 +373,54 @@ class MatrixProvider(ChatProvider):
             if batch["next_batch"] != since:  # an empty long-poll moves nothing: no write
                 since = str(batch["next_batch"])
                 await self._position.save(since)
+
+    async def _gap(self, room_id: str, prev_batch: str, since: str) -> list[dict[str, Any]]:
+        """The room's events between ``since`` and ``prev_batch`` (a limited timeline's gap),
+        oldest first: ``/messages`` backwards from ``prev_batch`` to ``since``, one request per
+        page, at most ``GAP_PAGES`` pages, stopping at the bot's own arrival."""
+        where = f"/messages of room {room_id}"
+        path = f"/_matrix/client/v3/rooms/{quote(room_id)}/messages"
+        params: dict[str, Any] = {
+            "dir": "b",
+            "from": prev_batch,
+            "to": since,
+            "limit": GAP_PAGE,
+            "filter": _json({"types": SYNC_FILTER["room"]["timeline"]["types"]}),
+        }
+        newest_first: list[dict[str, Any]] = []
+        for _ in range(GAP_PAGES):
+            try:
+                answer = await self._inbound_call(where, path, params)
+            except Forbidden as exc:
+                # Raising would rebuild the provider into the same gap and the same refusal,
+                # stopping inbound for every room; this room's gap is what cannot be read.
+                log.warning(
+                    "matrix profile %s: the gap in room %s cannot be read (%s); "
+                    "messages sent there while inbound was behind are not delivered",
+                    self._profile,
+                    room_id,
+                    exc,
+                )
+                break
+            chunk = answer.body.get("chunk")
+            page = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
+            for event in page:
+                if is_own_arrival(event, self._settings.user_id):
+                    return newest_first[::-1]  # before it the bot was not in the room
+                newest_first.append(event)
+            end = answer.body.get("end")
+            if not page or not isinstance(end, str):
+                return newest_first[::-1]
+            params["from"] = end
+        else:
+            log.warning(
+                "matrix profile %s: room %s had %d or more events while inbound was behind; "
+                "the older ones are not delivered",
+                self._profile,
+                room_id,
+                GAP_PAGES * GAP_PAGE,
+            )
+        return newest_first[::-1]
 
     async def _deliver(self, sink: InboundSink, room_id: str, events: list[dict[str, Any]]) -> None:
         own = self._settings.user_id

@@ -96,6 +96,28 @@ async def test_threads_edits_and_the_stored_position(
         assert await receive_until_marker(provider, synapse, people, room, marker="m2", kv=kv) == []
 
 
+async def test_more_than_a_timeline_while_down_is_read_back_in_order(
+    synapse: Synapse, people: People, make_settings: Settings, room: str
+) -> None:
+    """Past the filter's 100 events Synapse answers a ``limited`` timeline of the newest ones;
+    the gap before them is read back with ``/messages`` and delivered first, in order."""
+    kv = MemoryKV()
+    settings = make_settings(synapse.base_url, people.bot, inbound=True, sync_timeout=2.0)
+    async with MatrixProvider(settings, profile="t", kv=kv) as provider:
+        assert await receive_until_marker(provider, synapse, people, room, marker="g0", kv=kv) == []
+    sent = [f"while down {n}" for n in range(150)]
+    for n, text in enumerate(sent):
+        synapse.send_text(people.person, room, text)
+        if n == 20:  # filtered out of the gap as out of the timeline: not turns
+            synapse.send_text(people.bot, room, "the bot's own words")
+            synapse.send_text(
+                people.other_bot, room, "a notice", content={"msgtype": "m.notice", "body": "n"}
+            )
+    async with MatrixProvider(settings, profile="t", kv=kv) as provider:
+        got = await receive_until_marker(provider, synapse, people, room, marker="g1", kv=kv)
+    assert [m.text for m in got] == sent
+
+
 async def test_a_kick_is_logged_by_sync_and_sends_read_as_forbidden(
     synapse: Synapse,
     people: People,
