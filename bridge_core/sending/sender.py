@@ -58,19 +58,16 @@ from anyio.abc import TaskGroup
 
 from bridge_core.provider import (
     ChatProvider,
-    Forbidden,
     MessageRef,
     MessageRejected,
-    NotifierAction,
     ProviderError,
-    RateLimited,
     SendBudget,
     TransportError,
-    Unreachable,
     posting_with_key,
     reading_for,
 )
 from bridge_core.sending.containment import fresh_error, must_propagate, provider_bug
+from bridge_core.sending.failures import BACKOFF_MAX, BACKOFF_MIN, FailureReading
 from bridge_core.sending.health import ChannelHealth
 from bridge_core.sending.ops import (
     Edit,
@@ -98,15 +95,12 @@ __all__ = [
 
 logger = logging.getLogger("bridge_core.sending")
 
-BACKOFF_MIN = 1.0
-BACKOFF_MAX = 60.0
-
 
 class SenderClosed(TransportError):
     """The sender stopped (its ``run`` was cancelled) before this work was sent."""
 
 
-class ChannelSender:
+class ChannelSender(FailureReading):
     """Sends to one channel of one provider, in priority order, within the channel's budget."""
 
     def __init__(
@@ -143,15 +137,7 @@ class ChannelSender:
         self.health = ChannelHealth(channel, recheck_interval=recheck_interval)
         self._running = False
         self._task_group: TaskGroup | None = None
-        # One handler per action of ERROR_TABLE: the table is the one reading of errors.
-        self._on_failure: dict[NotifierAction, Callable[[Work, ProviderError, float], None]] = {
-            NotifierAction.PAUSE_CHANNEL: self._rate_limited,
-            NotifierAction.DROP_REF_REPOST: self._not_found,
-            NotifierAction.MARK_UNHEALTHY: self._forbidden,
-            NotifierAction.GIVE_UP_CHANNEL: self._unreachable,
-            NotifierAction.DROP_RENDERING: self._rejected,
-            NotifierAction.BACK_OFF: self._transient,
-        }
+        self._on_failure = self._failure_handlers()
 
     # ------------------------------------------------------------------ state for health/metrics
 
@@ -340,12 +326,6 @@ class ChannelSender:
                     raise
                 logger.exception("on_outcome callback for %r on %r raised", work.key, self.channel)
 
-    def _requeue(self, work: Work) -> None:
-        """Put keyed work back at the head of its class, unless newer work of its key waits."""
-        if not self._queue.put_back(work):
-            self._counts.superseded += 1
-            self._resolve(work, None)
-
     async def _wait(self, deadline: float) -> None:
         """Sleep until ``deadline`` or until new work is submitted, whichever is first."""
         assert self._wake is not None
@@ -357,19 +337,6 @@ class ChannelSender:
             self._waiting = False
             if self._wake.is_set():
                 self._wake = anyio.Event()
-
-    def _backoff(self) -> float:
-        self._failures += 1
-        base = min(BACKOFF_MAX, BACKOFF_MIN * 2.0**self._failures)
-        delay = base / 2 + self._random.random() * base / 2
-        return min(BACKOFF_MAX, max(BACKOFF_MIN, delay))
-
-    def _pause(self, seconds: float) -> None:
-        self._paused_until = max(self._paused_until, anyio.current_time() + seconds)
-
-    def _fail_unkeyed(self, error: ProviderError) -> None:
-        for work in self._queue.take_unkeyed():
-            self._resolve(work, fresh_error(error))
 
     async def _step(self) -> None:
         now = anyio.current_time()
@@ -521,42 +488,6 @@ class ChannelSender:
         self._counts.contained += 1
         return provider_bug(error, provider=self.provider.name, channel=self.channel, key=work.key)
 
-    def _rate_limited(self, work: Work, error: ProviderError, now: float) -> None:
-        self._counts.rate_limit_pauses += 1
-        retry_after = cast(RateLimited, error).retry_after  # usable, or None (ADR 0027)
-        if retry_after is None:
-            self._counts.backoffs += 1
-        self._pause(retry_after if retry_after is not None else self._backoff())
-        self._retry_or_fail(work, error, retry_unkeyed=True)
-
-    def _not_found(self, work: Work, error: ProviderError, now: float) -> None:
-        self._counts.not_found += 1
-        self._resolve(work, error)
-
-    def _forbidden(self, work: Work, error: ProviderError, now: float) -> None:
-        self._counts.forbidden += 1
-        self.health.forbidden(cast(Forbidden, error))
-        self._fail_unkeyed(error)
-        self._retry_or_fail(work, error, retry_unkeyed=False)
-
-    def _unreachable(self, work: Work, error: ProviderError, now: float) -> None:
-        self._counts.unreachable += 1
-        self.health.unreachable(cast(Unreachable, error))
-        self._resolve(work, error)
-
-    def _rejected(self, work: Work, error: ProviderError, now: float) -> None:
-        # About this message only: the channel's pause, back-off and health stay as they are.
-        self._counts.rejected += 1
-        if work.keyed:
-            self._queue.refused(work.key, now)
-        self._resolve(work, error)
-
-    def _transient(self, work: Work, error: ProviderError, now: float) -> None:
-        self._counts.transport_errors += 1
-        self._counts.backoffs += 1
-        self._pause(self._backoff())
-        self._retry_or_fail(work, error, retry_unkeyed=False)
-
     async def _begin(self, work: Work, op: SendOp) -> bool:
         """Await the post's ``begin`` (the caller's last word before its send); False when it
         raised: the work leaves the queue unsent."""
@@ -593,8 +524,3 @@ class ChannelSender:
         if work.keyed:  # a resubmission of the key is spaced like a refused post
             self._queue.refused(work.key, anyio.current_time())
         self._resolve(work, MessageRejected(f"rendering raised {type(error).__name__}: {error}"))
-
-    def _retry_or_fail(self, work: Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
-        if work.keyed or (retry_unkeyed and not work.abandoned):  # abandoned: its caller left
-            return self._requeue(work)
-        self._resolve(work, error)
