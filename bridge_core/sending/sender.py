@@ -38,8 +38,9 @@ piece of work (``MessageRejected`` for keyed work, a ``TransportError`` for ``se
 the channel off, so a fault that repeats cannot spin it. Each is logged with the channel and the
 work's key.
 
-Errors: ``SenderClosed`` (a ``TransportError``: the sender stopped before the work was sent); the
-whole tree is drawn in ``bridge_core.errors``.
+Errors: ``SenderClosed`` (a ``TransportError``: the sender stopped before the work was sent; work
+given after ``run`` ended is answered with it at once, until the sender runs again); the whole
+tree is drawn in ``bridge_core.errors``.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ logger = logging.getLogger("bridge_core.sending")
 
 
 class SenderClosed(TransportError):
-    """The sender stopped (its ``run`` was cancelled) before this work was sent."""
+    """The sender stopped (its ``run`` was cancelled) before this work was sent, or had stopped
+    when the work was given (it is then answered at once, never queued)."""
 
 
 class ChannelSender(FailureReading):
@@ -136,6 +138,7 @@ class ChannelSender(FailureReading):
         self._paused_until = -math.inf
         self.health = ChannelHealth(channel, recheck_interval=recheck_interval)
         self._running = False
+        self._stopped = False  # run() ended: new work is answered SenderClosed, never queued
         self._task_group: TaskGroup | None = None
         self._on_failure = self._failure_handlers()
 
@@ -265,6 +268,7 @@ class ChannelSender(FailureReading):
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
+        self._stopped = False  # work given before run()'s first step waits for it, as at first
         task_group.start_soon(self.run)
         return self
 
@@ -284,12 +288,14 @@ class ChannelSender(FailureReading):
         if self._running:
             raise RuntimeError(f"ChannelSender for {self.channel!r} is already running")
         self._running = True
+        self._stopped = False
         self._wake = anyio.Event()
         try:
             while True:
                 await self._step()
         finally:
             self._running = False
+            self._stopped = True
             closed = self._closed()
             for work in self._queue.take_all():
                 self._resolve(work, closed)
@@ -306,6 +312,9 @@ class ChannelSender(FailureReading):
         return int(priority)
 
     def _enqueue(self, work: Work) -> bool:
+        if self._stopped:  # no drain loop will ever take it: answer now (ADR 0013)
+            self._resolve(work, self._closed())
+            return False
         replaced = self._queue.put(work)
         if replaced is not None:
             self._counts.superseded += 1
