@@ -64,6 +64,7 @@ class Slot:
     outstanding: int = 0
     priority: Priority = Priority.UPDATE
     lost: bool = False  # its message was deleted; the next update posts a new one
+    posting: bool = False  # its work at the sender is a post (no ref), not an edit
     post_text: Callable[[], str | None] = field(default=lambda: None)
     edit_text: Callable[[], str | None] = field(default=lambda: None)
     outcome: Callable[[MessageRef | ProviderError | None], None] = field(default=lambda r: None)

@@ -17,7 +17,8 @@ Rules, in the order the seed gives them:
   running, failed) edited in place; a spawn within ``window`` of its latest member joins it;
   failed and crashed members still get their own post, killed ones stay counted.
 - ``NotFound`` drops the message ref: the next update posts exactly one new message (a terminal
-  state posts at once, since nothing terminal is lost).
+  state posts at once, since nothing terminal is lost). A post answered ``NotFound`` (no channel
+  or thread to post in) is read as ``MessageRejected``: that rendering is dropped.
 - ``MessageRejected`` drops that rendering only: it is logged (channel, agent, reason), the
   message keeps its ref (a refused post leaves none), and the next update renders again. The
   refused version is never resent, so a rendering the platform always refuses costs one attempt

@@ -5,7 +5,8 @@ Each ``Slot`` has its own key, so newer work for a message replaces its queued w
 the sender holds at most one operation per message. An outcome is applied to the slot:
 
 - a ``MessageRef``: the rendered version is delivered, and edits go to that ref;
-- ``NotFound``: the message was deleted; the ref is dropped and the next update posts a new one;
+- ``NotFound`` for an edit: the message was deleted; the ref is dropped and the next update posts
+  a new one. ``NotFound`` for a post (no channel or thread to post in) reads as a refusal;
 - ``MessageRejected``: the platform refused that rendering; it is logged and never resent, and
   the message keeps its ref (a refused post leaves none);
 - any other error (``Unreachable``, a stopped sender): the channel is finished, and nothing more
@@ -64,6 +65,9 @@ class Outbox:
         """Queue the slot's work at its priority: an edit of ``edit``, or a post."""
         if self._closed:
             return
+        # Every piece of a slot's work at the sender is of one kind: a ref only comes back with an
+        # outcome, so a post and an edit of one slot are never owed at once.
+        slot.posting = edit is None
         render = slot.post_text if edit is None else slot.edit_text
         replaced = self._sender.submit(
             slot.key,
@@ -111,6 +115,12 @@ class Outbox:
         # The error table is the one reading: the sender already paused, backed off or held the
         # work for the other actions, so keyed work only comes back with these three.
         action = reading_for(result).notifier
+        if action is NotifierAction.DROP_REF_REPOST and slot.posting:
+            # No message was lost: the channel or thread is not there (Discord's bare 404, a
+            # Matrix thread with an unknown root). Posting again would meet the same answer, so
+            # the rendering is dropped like a refused one (ADR 0017), not reposted for ever.
+            self._refused(slot, what, result)
+            return True
         if action is NotifierAction.DROP_REF_REPOST:
             self.dropped_refs += 1
             slot.ref = None

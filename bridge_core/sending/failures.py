@@ -22,6 +22,7 @@ from bridge_core.provider import (
 )
 from bridge_core.sending.containment import fresh_error
 from bridge_core.sending.health import ChannelHealth
+from bridge_core.sending.ops import Post
 from bridge_core.sending.queue import Outcome, Work, WorkQueue
 from bridge_core.sending.statistics import SenderCounts
 
@@ -88,6 +89,10 @@ class FailureReading:
 
     def _not_found(self, work: Work, error: ProviderError, now: float) -> None:
         self._counts.not_found += 1
+        if work.keyed and isinstance(work.op, Post):
+            # A post has no message to lose: the channel or thread is not there, and a submitter
+            # that posts again at once would spin the channel as an always-refused post would.
+            self._queue.refused(work.key, now)
         self._resolve(work, error)
 
     def _forbidden(self, work: Work, error: ProviderError, now: float) -> None:

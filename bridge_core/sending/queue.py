@@ -4,8 +4,8 @@ One dict per ``Priority`` class, in insertion order, so the head of the highest 
 goes next. Keyed work (the notifier's) is supersedable: work submitted under a key still queued
 takes the queued one's place in line instead of queueing behind it, so the queue is bounded by
 keys, not by submissions. Work is eligible once ``edit_spacing`` has passed since the last write
-to its message (an edit) or since its key's last refusal (a keyed post), so one message is never
-written faster than the budget's spacing.
+to its message (an edit) or since its key's last refusal or ``NotFound`` (a keyed post), so one
+message is never written faster than the budget's spacing.
 """
 
 from __future__ import annotations

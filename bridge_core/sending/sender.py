@@ -27,7 +27,8 @@ every ``recheck_interval`` seconds (``provider.probe`` when ``capabilities.probe
 real send). ``Unreachable`` stops the channel for good. ``MessageRejected`` fails only that
 operation: the channel stays as it was (no pause, no back-off, health unchanged), and a keyed
 post of the same key waits ``budget.edit_spacing`` after the refusal, as an edit of one message
-would, so a submitter whose every rendering is refused cannot spin the channel (ADR 0017).
+would, so a submitter whose every rendering is refused cannot spin the channel (ADR 0017). A
+keyed post answered ``NotFound`` (no channel or thread to post in) is spaced the same way.
 
 Containment (ADR 0026): nothing a piece of work raises ends the sender, only cancellation and
 the process being told to stop (``containment.must_propagate``). A text that raises while it is

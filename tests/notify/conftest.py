@@ -57,6 +57,7 @@ class RefusingConsole(ConsoleProvider):
     The refusal is scripted just before the call, so it shows in the transcript as an error."""
 
     refusing: set[str]
+    missing: set[str]  # a post whose text holds one is answered NotFound (no such channel)
 
     def _refuse(self, channel: str, text: str) -> None:
         for word in self.refusing:
@@ -65,6 +66,8 @@ class RefusingConsole(ConsoleProvider):
                 return
 
     async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
+        if any(word in text for word in self.missing):
+            self.script_fault(channel, NotFound("no such channel (HTTP 404)"))
         self._refuse(channel, text)
         return await super().post(channel, text, thread=thread)
 
@@ -85,6 +88,7 @@ def open_channel(tmp_path: Path) -> ChannelFactory:
         config: NotifyConfig | None = None,
         seed: int = 7,
         refusing: set[str] | None = None,
+        missing: set[str] | None = None,
         **caps: Any,
     ) -> AsyncIterator[Channel]:
         nonlocal counter
@@ -93,6 +97,7 @@ def open_channel(tmp_path: Path) -> ChannelFactory:
         settings = ConsoleSettings(transcript=transcript, output="none")
         provider = RefusingConsole(settings, run_prefix=f"r{counter}")
         provider.refusing = refusing if refusing is not None else set()
+        provider.missing = missing if missing is not None else set()
         if capabilities is not None or caps:
             provider.capabilities = replace(capabilities or provider.capabilities, **caps)
         sender = ChannelSender(provider, channel=CHANNEL, budget=budget, random=random.Random(seed))

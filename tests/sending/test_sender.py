@@ -17,6 +17,7 @@ from bridge_core.provider import (
     MessageRef,
     MessageRejected,
     NotFound,
+    ProviderError,
     RateLimited,
     SendBudget,
     TransportError,
@@ -380,28 +381,34 @@ async def test_a_rejection_is_not_a_channel_failure_for_the_backoff(
 
 class RefusesText(ConsoleProvider):
     """Refuses posts of one text a number of times (scripted just in time, so other texts sent
-    meanwhile are not affected)."""
+    meanwhile are not affected), with ``MessageRejected`` or, given ``error``, another error."""
 
-    def __init__(self, path: Path, *, text: str, times: int) -> None:
+    def __init__(
+        self, path: Path, *, text: str, times: int, error: type[ProviderError] = MessageRejected
+    ) -> None:
         super().__init__(ConsoleSettings(transcript=path, output="none"), run_prefix="r")
-        self.refused_text, self.refusals = text, times
+        self.refused_text, self.refusals, self.error = text, times, error
 
     async def post(self, channel: str, text: str, *, thread: str | None = None) -> MessageRef:
         if text == self.refused_text and self.refusals > 0:
             self.refusals -= 1
-            self.script_fault(channel, MessageRejected("too long"))
+            self.script_fault(channel, self.error("refused"))
         return await super().post(channel, text, thread=thread)
 
 
-async def test_a_refused_key_posts_again_no_sooner_than_the_edit_spacing(tmp_path: Path) -> None:
-    provider = RefusesText(tmp_path / "t.jsonl", text="v", times=3)
+@pytest.mark.parametrize("error", [MessageRejected, NotFound])
+async def test_a_refused_key_posts_again_no_sooner_than_the_edit_spacing(
+    tmp_path: Path, error: type[ProviderError]
+) -> None:
+    # NotFound on a post is no deleted message but no place to post: spaced like a refusal.
+    provider = RefusesText(tmp_path / "t.jsonl", text="v", times=3, error=error)
     budget = SendBudget(burst=100, per_second=100.0, edit_spacing=2.0)
     outcomes: list[object] = []
     async with ChannelSender(provider, channel=C, budget=budget) as sender:
         # A submitter that resubmits the moment it hears of a refusal (the spin to prevent).
         def again(outcome: object) -> None:
             outcomes.append(outcome)
-            if isinstance(outcome, MessageRejected):
+            if isinstance(outcome, error):
                 sender.submit("k", text="v", on_outcome=again)
 
         sender.submit("k", text="v", on_outcome=again)
@@ -417,4 +424,4 @@ async def test_a_refused_key_posts_again_no_sooner_than_the_edit_spacing(tmp_pat
         (6.0, "post"),
     ]
     assert [e.t for e in got if e.text == "unrelated"] == [0.5]  # other keys are not held up
-    assert [type(o) for o in outcomes] == [MessageRejected] * 3 + [MessageRef]
+    assert [type(o) for o in outcomes] == [error] * 3 + [MessageRef]
