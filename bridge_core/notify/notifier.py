@@ -438,13 +438,19 @@ class Notifier:
 
     def _submit_agent(self, agent: TrackedAgent) -> None:
         slot = agent.slot
-        if agent.terminal:
+        ended = agent.ended
+        if ended:
             slot.priority = _TERMINAL
         elif slot.ref is None:
             slot.priority = _NEW
         else:
             slot.priority = _UPDATE
         self._submit(slot, slot.ref if self._edit else None)
+        if ended and not slot.outstanding:
+            # A submission the sender took always leaves work owed; none means the outbox is
+            # closed (the channel was given up), so no outcome will ever retire it (ADR 0015).
+            self._retire(agent)
+            return
         self._keep_store_only(agent)
 
     def _keep_store_only(self, agent: TrackedAgent) -> None:
@@ -474,7 +480,11 @@ class Notifier:
 
     def _settle_agent(self, agent: TrackedAgent, result: MessageRef | ProviderError | None) -> None:
         slot = agent.slot
-        if not self._outbox.settle(slot, result, f"agent {agent.name!r}") or slot.outstanding:
+        if not self._outbox.settle(slot, result, f"agent {agent.name!r}"):
+            if agent.ended and not slot.outstanding:
+                self._retire(agent)  # the channel is finished: nothing more will come back
+            return
+        if slot.outstanding:
             return
         if agent.terminal:
             if slot.delivered == slot.version:
