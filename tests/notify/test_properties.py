@@ -32,6 +32,7 @@ from bridge_core.events import (
 from bridge_core.notify import Notifier
 from bridge_core.provider import (
     Forbidden,
+    MessageRef,
     NotFound,
     ProviderError,
     RateLimited,
@@ -150,6 +151,20 @@ def timeline(fleet: list[Life]) -> list[tuple[float, int, FleetEvent]]:
     return sorted(items, key=lambda item: (item[0], item[1]))
 
 
+class DeletingConsole(ConsoleProvider):
+    """A ``not_found`` fault is a deleted message, so only an edit can meet it: the next edit when
+    no other fault is pending. A post answered ``NotFound`` means there is no channel or thread
+    to post in, which the notifier reads as a refusal (tests/notify/test_not_found_posts.py)."""
+
+    deletions = 0
+
+    async def edit(self, ref: MessageRef, text: str) -> MessageRef:
+        if self.deletions and not self.pending_faults(ref.channel):
+            self.deletions -= 1
+            self.script_fault(ref.channel, NotFound("deleted"))
+        return await super().edit(ref, text)
+
+
 def simulate(
     fleet: list[Life],
     faults: list[tuple[float, str, float]],
@@ -159,7 +174,7 @@ def simulate(
     path: Path,
 ) -> list[TranscriptEntry]:
     async def main() -> None:
-        provider = ConsoleProvider(ConsoleSettings(transcript=path, output="none"))
+        provider = DeletingConsole(ConsoleSettings(transcript=path, output="none"))
         provider.capabilities = replace(provider.capabilities, edit=edit)
         sender = ChannelSender(provider, channel="c", budget=budget, random=random.Random(0))
         notifier = Notifier("c", sender, capabilities=provider.capabilities)
@@ -173,7 +188,9 @@ def simulate(
             group.start_soon(notifier.run)
             for t, _, item in schedule:
                 await anyio.sleep_until(t)
-                if isinstance(item, ProviderError):
+                if isinstance(item, NotFound):
+                    provider.deletions += 1
+                elif isinstance(item, ProviderError):
                     provider.script_fault("c", item)
                 else:
                     assert isinstance(item, FleetEvent)
