@@ -74,8 +74,9 @@ class Bursts:
 
     @property
     def next_hold(self) -> float:
-        """When the earliest hold ends (``inf`` when none is waiting)."""
-        return self._holds[0][0] if self._holds else math.inf
+        """When the earliest hold is decided: the first instant after it ends (``inf`` when none
+        is waiting)."""
+        return math.nextafter(self._holds[0][0], math.inf) if self._holds else math.inf
 
     @property
     def idle(self) -> bool:
@@ -103,10 +104,13 @@ class Bursts:
         self._holding.get(agent.workspace, {}).pop(agent.name, None)
 
     def expire(self, now: float) -> None:
-        """End the holds due by ``now``: a large enough group forms a summary, a lone agent gets
-        its own message."""
+        """End the holds that ended before ``now``: a large enough group forms a summary, a lone
+        agent gets its own message."""
         holds = self._holds
-        while holds and holds[0][0] <= now:
+        # A hold includes its last instant, and is decided only after it: a spawn at exactly
+        # its end then always counts within it, whichever task the event loop runs first at
+        # that instant (the notifier's timer or the spawn's), so a log gives one answer (ADR 0016).
+        while holds and holds[0][0] < now:
             _, agent = holds.popleft()
             if agent.phase != _HOLDING or self._agents.get(agent.name) is not agent:
                 continue
