@@ -7,6 +7,7 @@ what goes back to the submitter) with ADR 0017's refusals.
 
 from __future__ import annotations
 
+import logging
 import random as random_module
 from collections.abc import Callable
 from typing import cast
@@ -15,6 +16,7 @@ import anyio
 
 from bridge_core.provider import (
     Forbidden,
+    MessageRejected,
     NotifierAction,
     ProviderError,
     RateLimited,
@@ -26,10 +28,15 @@ from bridge_core.sending.ops import Post
 from bridge_core.sending.queue import Outcome, Work, WorkQueue
 from bridge_core.sending.statistics import SenderCounts
 
-__all__ = ["BACKOFF_MAX", "BACKOFF_MIN", "FailureReading"]
+__all__ = ["BACKOFF_MAX", "BACKOFF_MIN", "POISON_STRIKES", "FailureReading"]
+
+logger = logging.getLogger("bridge_core.sending")
 
 BACKOFF_MIN = 1.0
 BACKOFF_MAX = 60.0
+# Transport failures of one keyed work, each with other work delivered since its previous one,
+# after which it is refused: the channel demonstrably works, this one message does not.
+POISON_STRIKES = 3
 
 FailureHandler = Callable[[Work, ProviderError, float], None]
 
@@ -37,6 +44,7 @@ FailureHandler = Callable[[Work, ProviderError, float], None]
 class FailureReading:
     """The sender's reading of provider errors; the state it touches is the sender's own."""
 
+    channel: str
     _queue: WorkQueue
     _counts: SenderCounts
     _random: random_module.Random
@@ -60,9 +68,10 @@ class FailureReading:
             NotifierAction.BACK_OFF: self._transient,
         }
 
-    def _requeue(self, work: Work) -> None:
-        """Put keyed work back at the head of its class, unless newer work of its key waits."""
-        if not self._queue.put_back(work):
+    def _requeue(self, work: Work, *, head: bool = True) -> None:
+        """Put keyed work back in its class (at its head, or its tail), unless newer work of its
+        key waits."""
+        if not self._queue.put_back(work, head=head):
             self._counts.superseded += 1
             self._resolve(work, None)
 
@@ -117,7 +126,34 @@ class FailureReading:
         self._counts.transport_errors += 1
         self._counts.backoffs += 1
         self._pause(self._backoff())
-        self._retry_or_fail(work, error, retry_unkeyed=False)
+        if not work.keyed:
+            return self._resolve(work, error)
+        # Other work delivered since this work's previous failure means the channel works and
+        # this work does not: after POISON_STRIKES such failures it is refused (ADR 0026), so
+        # one message cannot be retried for ever. An outage fails everything, strikes nothing.
+        delivered = self._counts.delivered
+        if work.delivered_mark is not None and delivered > work.delivered_mark:
+            work.strikes += 1
+        work.delivered_mark = delivered
+        if work.strikes >= POISON_STRIKES:
+            return self._poisoned(work, error, now)
+        # At the tail: work failing for a cause of its own must not hold up its class, replies
+        # and other agents' final states included, while it is retried.
+        self._requeue(work, head=False)
+
+    def _poisoned(self, work: Work, error: ProviderError, now: float) -> None:
+        logger.warning(
+            "channel %r: %r failed again after other work was delivered, %d times (%s); it is "
+            "dropped, the channel carries on",
+            self.channel,
+            work.key,
+            work.strikes,
+            error,
+        )
+        self._counts.rejected += 1
+        self._queue.refused(work.key, now)
+        reason = f"failed {work.strikes} times while the channel delivered other work: {error}"
+        self._resolve(work, MessageRejected(reason))
 
     def _retry_or_fail(self, work: Work, error: ProviderError, *, retry_unkeyed: bool) -> None:
         if work.keyed or (retry_unkeyed and not work.abandoned):  # abandoned: its caller left

@@ -41,6 +41,8 @@ class Work:
     begin_error: Exception | None = None  # raised by the op's ``begin``: nothing was sent
     done: bool = False
     abandoned: bool = False  # its ``send()`` caller stopped waiting: never sent again
+    strikes: int = 0  # transport failures with other work delivered since its previous one
+    delivered_mark: int | None = None  # the sender's deliveries at its latest transport failure
     target: str | None = field(default=None)  # the message an edit writes to
 
 
@@ -77,11 +79,14 @@ class WorkQueue:
         self._classes[work.priority][work.key] = work
         return replaced
 
-    def put_back(self, work: Work) -> bool:
-        """Put keyed work back at the head of its class; False when newer work of its key waits
-        (the older work is then superseded, not queued)."""
+    def put_back(self, work: Work, *, head: bool = True) -> bool:
+        """Put keyed work back at the head (or the tail) of its class; False when newer work of
+        its key waits (the older work is then superseded, not queued)."""
         if any(work.key in queued for queued in self._classes):
             return False
+        if not head:
+            self._classes[work.priority][work.key] = work
+            return True
         rebuilt = {work.key: work}
         rebuilt.update(self._classes[work.priority])
         self._classes[work.priority] = rebuilt

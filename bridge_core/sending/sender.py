@@ -21,7 +21,10 @@ Two ways in:
 
 Failures (seed ADR 0007 and ``ERROR_TABLE``): ``RateLimited(retry_after)`` pauses the channel for
 ``retry_after`` or, without one, backs off exponentially from 1 s to 60 s with jitter drawn from
-the injectable ``random``; transport errors back off the same way. ``Forbidden`` marks the
+the injectable ``random``; transport errors back off the same way, keyed work going back to the
+tail of its class (a ``RateLimited`` one keeps its place at the head) and refused as
+``MessageRejected`` once it has failed ``POISON_STRIKES`` times with other work delivered between
+its tries, so one message that always fails cannot hold up its class. ``Forbidden`` marks the
 channel unhealthy, logs once, fails ``send`` calls at once and holds keyed work until a re-check
 every ``recheck_interval`` seconds (``provider.probe`` when ``capabilities.probe``, else the next
 real send). ``Unreachable`` stops the channel for good. ``MessageRejected`` fails only that
