@@ -23,10 +23,10 @@ provider's ``stream_start`` / ``stream_append`` (deltas of the acknowledged text
 end, ``stream_stop``; ``NONE`` sends nothing until the final post.
 
 Errors (the seed's table for live messages): the sender pauses on ``RateLimited`` and re-renders
-the latest text after; ``NotFound`` drops the message's ref and the next update posts one new
-message; ``Forbidden`` work is held by the sender until its re-check; a refused rendering
-(``MessageRejected``) or a channel given up stops the intermediate writes (the final still goes
-through the ledger).
+the latest text after; ``NotFound`` on an edit drops the message's ref and the next update posts
+one new message; ``Forbidden`` work is held by the sender until its re-check; a refused rendering
+(``MessageRejected``), a post answered ``NotFound`` (no channel or thread to post in) or a
+channel given up stops the intermediate writes (the final still goes through the ledger).
 """
 
 from __future__ import annotations
@@ -335,12 +335,17 @@ class ReplyStream:
                 self._written[part] = pending[1]
             if self._interrupted:
                 self._mark_interrupted([outcome])
-        elif isinstance(outcome, NotFound):
+        elif isinstance(outcome, NotFound) and not posted:
             # the message was deleted: drop its ref, the next update posts one new message
             self._counts.not_found += 1
             if part < len(self._refs):
                 self._refs[part] = None
                 self._written[part] = ""
+        elif isinstance(outcome, NotFound):
+            # a post has no message to lose: its channel or thread is gone, a refusal (each
+            # update posted again, for ever, ADR 0184); the final still goes through the ledger
+            self._counts.not_found += 1
+            self._stopped = True
         elif isinstance(outcome, ProviderError):
             self._stopped = True  # refused or given up: only the final (the ledger's) goes on
         if self._closed:

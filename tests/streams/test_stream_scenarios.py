@@ -146,6 +146,25 @@ async def test_not_found_mid_stream_reposts_once_and_the_final_lands_there(
     assert_paced(entries, SLACK_BUDGET)
 
 
+async def test_a_post_answered_not_found_stops_the_partials_and_the_final_posts(
+    open_stream_channel,
+) -> None:
+    # NotFound on a post: no channel or thread to post in, not a deleted message. Each update
+    # posted again, for ever; now the partials stop, as for a refusal, and the ledger's final
+    # is the one message.
+    deltas = evenly(100, over=10.0)
+    async with open_stream_channel(budget=SLACK_BUDGET) as ch:
+        ch.provider.script_fault(CHANNEL, NotFound("thread_not_found"))
+        row = await ch.stream("a", deltas)
+        await ch.until_idle()
+        entries = ch.entries()
+    posts = [e for e in entries if e.op == "post"]
+    assert [e.error for e in entries if e.op == "error"] == ["NotFound"]
+    assert [p.text for p in posts] == ["".join(text for _, text in deltas)]
+    assert [e.op for e in _writes(entries)] == ["post"]  # no partial before the final
+    assert row.state is State.DELIVERED and row.delivered[0].message_id == posts[0].message_id
+
+
 async def test_not_found_on_the_final_edit_posts_the_final(open_stream_channel) -> None:
     deltas = evenly(50, over=5.0)
     async with open_stream_channel(budget=SLACK_BUDGET) as ch:
