@@ -11,10 +11,13 @@
         ...
 
 ``FaultProxy`` sits in front of it to answer one request with a scripted fault.
+``FakeHomeserver`` serves ``/sync`` and ``/messages`` alone, for what a real server cannot be made
+to show cheaply (a gap of exactly 1,000 events, one room's history refused).
 """
 
 from __future__ import annotations
 
+from bridge_matrix.testing.fake_homeserver import FakeHomeserver, FakeRoomEvent
 from bridge_matrix.testing.faults import FaultProxy, ScriptedReply
 from bridge_matrix.testing.synapse import (
     MatrixUser,
@@ -26,6 +29,8 @@ from bridge_matrix.testing.synapse import (
 )
 
 __all__ = [
+    "FakeHomeserver",
+    "FakeRoomEvent",
     "FaultProxy",
     "MatrixUser",
     "ScriptedReply",
