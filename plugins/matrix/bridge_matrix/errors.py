@@ -5,7 +5,8 @@ errcode is the more precise of the two, so it is read first and the status is th
 
     M_LIMIT_EXCEEDED (429; retry_after_ms in the body, or Retry-After)   -> RateLimited
     M_NOT_FOUND on an edit, or a 400 "Can't send relation to unknown event"
-    (the edit's target, or a post's thread root)                          -> NotFound
+    (the edit's target, or a post's thread root), M_NOT_FOUND or a bare
+    404 on a room's history (``/messages``)                               -> NotFound
     M_FORBIDDEN (kicked, banned, not joined, no power), M_GUEST_ACCESS_FORBIDDEN,
     M_RESOURCE_LIMIT_EXCEEDED (the server's user limit)                   -> Forbidden
     M_UNKNOWN_TOKEN, M_MISSING_TOKEN, M_USER_DEACTIVATED, M_UNRECOGNIZED,
@@ -20,9 +21,11 @@ this profile: the token was revoked or the device logged out.
 ``map_error(status=, body=, headers=, operation=, where=)`` has the shape of every shipped
 plugin's mapper and the template's, with ``operation`` as Teams' has it: a not-found on an edit
 is the event (``NotFound``: post anew) but on a post the room (``Unreachable``), and only the
-caller knows which it asked. A relation to an unknown event is never the room: on a post it is
-the thread's root (``NotFound``, "the message (or thread) is gone"). There is no
-``map_exception``: httpx's failures are read at the call, which knows its deadline.
+caller knows which it asked. On ``history`` (a room's ``/messages``, read by inbound) it is that
+one room's history, which the caller skips: ``Unreachable`` would end inbound for every room. A
+relation to an unknown event is never the room: on a post it is the thread's root
+(``NotFound``, "the message (or thread) is gone"). There is no ``map_exception``: httpx's
+failures are read at the call, which knows its deadline.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from bridge_matrix.error_codes import ERROR_CODES
 
 __all__ = ["Operation", "map_error", "retry_after_of"]
 
-Operation = Literal["post", "edit", "probe", "sync"]
+Operation = Literal["post", "edit", "probe", "sync", "history"]
 
 
 _BODY_STATUSES = frozenset({400, 413, 422})
@@ -96,6 +99,8 @@ def map_error(
     if errcode == "M_NOT_FOUND" or (status == 404 and not errcode):
         if operation == "edit":
             return NotFound(f"the homeserver has no event to edit in {where} ({detail})")
+        if operation == "history":
+            return NotFound(f"the homeserver has no such room or history for {where} ({detail})")
         return Unreachable(f"the homeserver refused {where}: not found ({detail})")
     if errcode in ERROR_CODES:
         kind, meaning = ERROR_CODES[errcode]

@@ -295,14 +295,20 @@ class MatrixProvider(ChatProvider):
     # ------------------------------------------------------------------ inbound
 
     async def _inbound_call(
-        self, where: str, path: str, params: dict[str, Any], *, deadline: float | None = None
+        self,
+        operation: Operation,
+        where: str,
+        path: str,
+        params: dict[str, Any],
+        *,
+        deadline: float | None = None,
     ) -> MatrixResponse:
-        """A ``GET`` for ``receive``: a refused token stays ``Unreachable`` and a refusal of the
-        room ``Forbidden``; any other failure is ``ConnectionLost``, and the rebuilt provider asks
-        again from the stored position."""
+        """A ``GET`` for ``receive``: a refusal is raised as it is (``Unreachable`` for the token,
+        ``Forbidden``, ``NotFound`` or ``MessageRejected`` for what was asked); any other failure
+        is ``ConnectionLost``, and the rebuilt provider asks again from the stored position."""
         try:
-            return await self._call("sync", where, "GET", path, params=params, deadline=deadline)
-        except (Unreachable, Forbidden):
+            return await self._call(operation, where, "GET", path, params=params, deadline=deadline)
+        except (Unreachable, Forbidden, NotFound, MessageRejected):
             raise
         except ProviderError as exc:
             raise ConnectionLost(f"Matrix {where} failed: {exc}") from None
@@ -316,12 +322,14 @@ class MatrixProvider(ChatProvider):
             params["filter"] = _json(SYNC_FILTER)
         try:
             answer = await self._inbound_call(
+                "sync",
                 "/sync",
                 "/_matrix/client/v3/sync",
                 params,
                 deadline=hold + self._settings.call_deadline,
             )
-        except Forbidden as exc:
+        except (Forbidden, NotFound, MessageRejected) as exc:
+            # Not one room's answer: skipping it would skip every room, so it is asked again.
             raise ConnectionLost(f"Matrix /sync failed: {exc}") from None
         if not isinstance(answer.body.get("next_batch"), str):
             raise ConnectionLost("Matrix /sync answered without next_batch")
@@ -390,15 +398,17 @@ class MatrixProvider(ChatProvider):
         newest_first: list[dict[str, Any]] = []
         for _ in range(GAP_PAGES):
             try:
-                answer = await self._inbound_call(where, path, params)
-            except Forbidden as exc:
+                answer = await self._inbound_call("history", where, path, params)
+            except (Forbidden, NotFound, MessageRejected) as exc:
                 # Raising would rebuild the provider into the same gap and the same refusal,
-                # stopping inbound for every room; this room's gap is what cannot be read.
+                # stopping inbound for every room (for good, as Unreachable); this room's gap
+                # is what cannot be read. A refused token is still Unreachable.
                 log.warning(
-                    "matrix profile %s: the gap in room %s cannot be read (%s); "
+                    "matrix profile %s: the gap in room %s cannot be read (%s: %s); "
                     "messages sent there while inbound was behind are not delivered",
                     self._profile,
                     room_id,
+                    type(exc).__name__,
                     exc,
                 )
                 break

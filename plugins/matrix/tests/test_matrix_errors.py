@@ -33,6 +33,10 @@ def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
     [
         (404, {"errcode": "M_NOT_FOUND"}, "post", Unreachable),
         (404, {"errcode": "M_NOT_FOUND"}, "edit", NotFound),
+        (404, {"errcode": "M_NOT_FOUND"}, "history", NotFound),  # one room's, skipped
+        (404, None, "history", NotFound),
+        (401, {"errcode": "M_UNKNOWN_TOKEN"}, "history", Unreachable),
+        (404, {"errcode": "M_NOT_FOUND"}, "sync", Unreachable),
         (403, {"errcode": "M_SOMETHING_NEW"}, "post", Forbidden),
         (401, None, "post", Unreachable),
         (413, {"errcode": "M_SOMETHING_NEW"}, "post", MessageRejected),

@@ -150,6 +150,9 @@ async def test_past_the_cap_the_oldest_of_the_gap_are_skipped_with_a_warning(
     ("status", "errcode"),
     [
         (403, "M_FORBIDDEN"),  # the spec's one error for /messages: not a member
+        (404, "M_NOT_FOUND"),  # a server that no longer knows the room
+        (404, None),
+        (400, "M_INVALID_PARAM"),  # a token or filter refused: asking again asks the same
     ],
 )
 async def test_a_room_whose_history_is_refused_is_skipped_and_the_others_go_on(
