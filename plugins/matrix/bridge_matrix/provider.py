@@ -88,10 +88,10 @@ GAP_PAGE = 100
 """Events per ``/messages`` request when a room's ``/sync`` timeline was ``limited``."""
 
 GAP_PAGES = 10
-"""Most ``/messages`` requests spent on one room's gap in one ``/sync``: a gateway down for days
-in a busy room would otherwise hand the agent thousands of stale turns and hold every other
-room's messages back while it pages. Past ``GAP_PAGES * GAP_PAGE`` events the oldest of the gap
-are skipped, with a warning naming the room."""
+"""Most ``/messages`` pages read of one room's gap in one ``/sync``: a gateway down for days in a
+busy room would otherwise hand the agent thousands of stale turns and hold every other room's
+messages back while it pages. When the homeserver still has events past them (asked with one
+more request of one event), the oldest of the gap are skipped, with a warning naming the room."""
 
 _ROOM_PING = re.compile(r"@(room)\b", re.IGNORECASE)
 
@@ -386,8 +386,6 @@ class MatrixProvider(ChatProvider):
         """The room's events between ``since`` and ``prev_batch`` (a limited timeline's gap),
         oldest first: ``/messages`` backwards from ``prev_batch`` to ``since``, one request per
         page, at most ``GAP_PAGES`` pages, stopping at the bot's own arrival."""
-        where = f"/messages of room {room_id}"
-        path = f"/_matrix/client/v3/rooms/{quote(room_id)}/messages"
         params: dict[str, Any] = {
             "dir": "b",
             "from": prev_batch,
@@ -397,40 +395,56 @@ class MatrixProvider(ChatProvider):
         }
         newest_first: list[dict[str, Any]] = []
         for _ in range(GAP_PAGES):
-            try:
-                answer = await self._inbound_call("history", where, path, params)
-            except (Forbidden, NotFound, MessageRejected) as exc:
-                # Raising would rebuild the provider into the same gap and the same refusal,
-                # stopping inbound for every room (for good, as Unreachable); this room's gap
-                # is what cannot be read. A refused token is still Unreachable.
-                log.warning(
-                    "matrix profile %s: the gap in room %s cannot be read (%s: %s); "
-                    "messages sent there while inbound was behind are not delivered",
-                    self._profile,
-                    room_id,
-                    type(exc).__name__,
-                    exc,
-                )
-                break
-            chunk = answer.body.get("chunk")
-            page = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
-            for event in page:
+            page = await self._history(room_id, params)
+            if page is None:
+                return newest_first[::-1]
+            events, end = page
+            for event in events:
                 if is_own_arrival(event, self._settings.user_id):
                     return newest_first[::-1]  # before it the bot was not in the room
                 newest_first.append(event)
-            end = answer.body.get("end")
-            if not page or not isinstance(end, str):
+            if not events or end is None:
                 return newest_first[::-1]
             params["from"] = end
-        else:
+        # The page that reaches `to` keeps its end (Synapse drops it only from the empty page
+        # after), so one more event is asked for: the gap may have been exactly read.
+        left = await self._history(room_id, {**params, "limit": 1})
+        past = left[0][:1] if left is not None else []
+        if past and not is_own_arrival(past[0], self._settings.user_id):
             log.warning(
-                "matrix profile %s: room %s had %d or more events while inbound was behind; "
+                "matrix profile %s: room %s had more than %d events while inbound was behind; "
                 "the older ones are not delivered",
                 self._profile,
                 room_id,
-                GAP_PAGES * GAP_PAGE,
+                len(newest_first),
             )
         return newest_first[::-1]
+
+    async def _history(
+        self, room_id: str, params: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], str | None] | None:
+        """One ``/messages`` page of ``room_id``: its events as the server ordered them and its
+        ``end``; ``None`` when the homeserver refuses that room's history (logged)."""
+        where = f"/messages of room {room_id}"
+        path = f"/_matrix/client/v3/rooms/{quote(room_id)}/messages"
+        try:
+            answer = await self._inbound_call("history", where, path, params)
+        except (Forbidden, NotFound, MessageRejected) as exc:
+            # Raising would rebuild the provider into the same gap and the same refusal,
+            # stopping inbound for every room (for good, as Unreachable); this room's gap
+            # is what cannot be read. A refused token is still Unreachable.
+            log.warning(
+                "matrix profile %s: the gap in room %s cannot be read (%s: %s); "
+                "messages sent there while inbound was behind are not delivered",
+                self._profile,
+                room_id,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        chunk, end = answer.body.get("chunk"), answer.body.get("end")
+        events = [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
+        return events, end if isinstance(end, str) else None
 
     async def _deliver(self, sink: InboundSink, room_id: str, events: list[dict[str, Any]]) -> None:
         own = self._settings.user_id

@@ -133,17 +133,29 @@ async def test_a_gap_stops_at_the_bots_arrival(homeserver: FakeHomeserver) -> No
     assert await receive_until(homeserver, kv, sent[-1]) == sent
 
 
-async def test_past_the_cap_the_oldest_of_the_gap_are_skipped_with_a_warning(
-    homeserver: FakeHomeserver, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("end_on_last_page", [True, False], ids=["synapse", "strict-end"])
+@pytest.mark.parametrize("gap", [CAP - 1, CAP, CAP + 1])
+async def test_the_cap_warns_only_when_events_were_left_unread(
+    gap: int, end_on_last_page: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The page that reaches ``since`` may keep its ``end`` (Synapse leaves it out only of the
+    empty page after); a gap of exactly the cap is then read whole, and nothing was left."""
     caplog.set_level(logging.WARNING, logger="bridge_matrix")
-    homeserver.add_room(ROOM)
-    kv = await first_start(homeserver)
-    in_gap = send(homeserver, ROOM, "gap", CAP + 1)
-    shown = send(homeserver, ROOM, "shown", TIMELINE)
-    assert await receive_until(homeserver, kv, shown[-1]) == in_gap[-CAP:] + shown
+    with FakeHomeserver(user_id=BOT, end_on_last_page=end_on_last_page) as homeserver:
+        homeserver.add_room(ROOM)
+        kv = await first_start(homeserver)
+        in_gap = send(homeserver, ROOM, "gap", gap)
+        shown = send(homeserver, ROOM, "shown", TIMELINE)
+        got = await receive_until(homeserver, kv, shown[-1])
+        pages = homeserver.requests_to("messages")
+    assert got == in_gap[-CAP:] + shown
+    # Ten pages of 100 at most, and past them at most one request for one event.
+    assert len(pages) <= 11 and [r.query["limit"] for r in pages[10:]] in ([], ["1"])
     warnings = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
-    assert len(warnings) == 1 and ROOM in warnings[0], warnings
+    if gap > CAP:
+        assert len(warnings) == 1 and ROOM in warnings[0], warnings
+    else:
+        assert warnings == []
 
 
 @pytest.mark.parametrize(
