@@ -403,7 +403,9 @@ class MatrixProvider(ChatProvider):
                 if is_own_arrival(event, self._settings.user_id):
                     return newest_first[::-1]  # before it the bot was not in the room
                 newest_first.append(event)
-            if not events or end is None:
+            # Only a missing end ends the history: the spec lets a page come back empty while
+            # more follows (Synapse, when every event of it is hidden from the bot).
+            if end is None:
                 return newest_first[::-1]
             params["from"] = end
         # The page that reaches `to` keeps its end (Synapse drops it only from the empty page

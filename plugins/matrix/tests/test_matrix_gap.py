@@ -158,6 +158,21 @@ async def test_the_cap_warns_only_when_events_were_left_unread(
         assert warnings == []
 
 
+async def test_a_page_hidden_from_the_bot_does_not_end_the_gap(
+    homeserver: FakeHomeserver,
+) -> None:
+    """Synapse drops an ignored user's events after reading a page, so a page of them comes
+    back empty with an ``end``; the spec says an empty chunk does not end the history."""
+    homeserver.add_room(ROOM)
+    homeserver.ignore("@spammer:fake.test")
+    kv = await first_start(homeserver)
+    early = send(homeserver, ROOM, "early", 5)
+    for n in range(250):
+        homeserver.send_text(ROOM, "@spammer:fake.test", f"spam {n}")
+    late = send(homeserver, ROOM, "late", 5 + TIMELINE)
+    assert await receive_until(homeserver, kv, late[-1]) == early + late
+
+
 @pytest.mark.parametrize(
     ("status", "errcode"),
     [
