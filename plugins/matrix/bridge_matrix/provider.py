@@ -93,6 +93,11 @@ busy room would otherwise hand the agent thousands of stale turns and hold every
 messages back while it pages. When the homeserver still has events past them (asked with one
 more request of one event), the oldest of the gap are skipped, with a warning naming the room."""
 
+
+class _PositionRefused(ConnectionLost):
+    """``/sync`` refused the position it was asked from (a 400), not the connection."""
+
+
 _ROOM_PING = re.compile(r"@(room)\b", re.IGNORECASE)
 
 
@@ -328,7 +333,11 @@ class MatrixProvider(ChatProvider):
                 params,
                 deadline=hold + self._settings.call_deadline,
             )
-        except (Forbidden, NotFound, MessageRejected) as exc:
+        except MessageRejected as exc:
+            if since is not None:
+                raise _PositionRefused(f"Matrix /sync refused the position: {exc}") from None
+            raise ConnectionLost(f"Matrix /sync failed: {exc}") from None
+        except (Forbidden, NotFound) as exc:
             # Not one room's answer: skipping it would skip every room, so it is asked again.
             raise ConnectionLost(f"Matrix /sync failed: {exc}") from None
         if not isinstance(answer.body.get("next_batch"), str):
@@ -348,14 +357,32 @@ class MatrixProvider(ChatProvider):
         if not self._settings.inbound:
             return
         since = await self._position.load()
+        fresh = since is None
         if since is None:
             # First start of this account here: begin at "now"; history is not turns.
-            since = str((await self._sync(None, hold=0))["next_batch"])
-            await self._position.save(since)
+            since = await self._start_at_now()
         own = self._settings.user_id
         log.info("matrix profile %s: receiving by /sync as %s", self._profile, own)
         while True:
-            batch = await self._sync(since, hold=self._settings.sync_timeout)
+            try:
+                batch = await self._sync(since, hold=self._settings.sync_timeout)
+            except _PositionRefused as exc:
+                # A position the server just handed out is not what it refuses: asking again
+                # from "now" would loop, losing messages each time, so the watcher backs off.
+                if fresh:
+                    raise
+                # Synapse answers 400 "Invalid stream token" for a position it cannot read
+                # (another server behind the same name, a restored database). Asking with it
+                # again would fail for ever, so inbound starts again from now, loudly.
+                log.warning(
+                    "matrix profile %s: the homeserver refused the stored /sync position (%s); "
+                    "starting from now: messages sent since that position are not delivered",
+                    self._profile,
+                    exc,
+                )
+                since, fresh = await self._start_at_now(), True
+                continue
+            fresh = False
             for timeline in joined_timelines(batch):
                 events = after_own_arrival(timeline.events, own)
                 if events is None:
@@ -381,6 +408,12 @@ class MatrixProvider(ChatProvider):
             if batch["next_batch"] != since:  # an empty long-poll moves nothing: no write
                 since = str(batch["next_batch"])
                 await self._position.save(since)
+
+    async def _start_at_now(self) -> str:
+        """A position at "now" (a first ``/sync`` without a timeline), stored."""
+        since = str((await self._sync(None, hold=0))["next_batch"])
+        await self._position.save(since)
+        return since
 
     async def _gap(self, room_id: str, prev_batch: str, since: str) -> list[dict[str, Any]]:
         """The room's events between ``since`` and ``prev_batch`` (a limited timeline's gap),

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from bridge_matrix import MatrixProvider, MatrixSettings
+from bridge_matrix.inbound import SYNC_NAMESPACE
 from bridge_matrix.testing import FakeHomeserver
 from bridge_matrix.testing.fixtures import MemoryKV
 
@@ -254,3 +255,59 @@ async def test_a_failed_gap_page_stops_receive_and_keeps_the_position(
             await back.receive(sink)
     assert kv.data == stored
     assert await receive_until(homeserver, kv, sent[-1]) == sent
+
+
+async def test_a_refused_stored_position_starts_again_from_now(
+    homeserver: FakeHomeserver, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Synapse answers 400 "Invalid stream token" for a position it cannot read (another server
+    # behind the name, a restored database): asking with it again would fail for ever.
+    homeserver.add_room(ROOM)
+    homeserver.join(ROOM, BOT)
+    kv = SavingKV()
+    await kv.put(SYNC_NAMESPACE, f"{BOT}|", b"a position from another server")
+    kv.saved = anyio.Event()
+
+    got: list[str] = []
+    arrived = anyio.Event()
+
+    async def sink(message: InboundMessage) -> None:
+        got.append(message.text)
+        arrived.set()
+
+    with caplog.at_level(logging.WARNING, logger="bridge_matrix"):
+        async with provider(homeserver, kv) as back, anyio.create_task_group() as tasks:
+            tasks.start_soon(back.receive, sink)
+            with anyio.fail_after(10):
+                await kv.saved.wait()  # the position at "now" replaced the refused one
+                homeserver.send_text(ROOM, PERSON, "after the restart")
+                await arrived.wait()
+            tasks.cancel_scope.cancel()
+    assert got == ["after the restart"]
+    assert (await kv.get(SYNC_NAMESPACE, f"{BOT}|")) != b"a position from another server"
+    assert "refused the stored /sync position" in caplog.text
+
+
+async def test_a_position_refused_as_soon_as_it_is_handed_out_is_a_lost_connection(
+    homeserver: FakeHomeserver,
+) -> None:
+    # A server that refuses every position (a broken proxy, a filter it rejects) must not send
+    # receive round a loop of fresh starts: the watcher's back-off takes over.
+    homeserver.add_room(ROOM)
+    kv = SavingKV()
+    await kv.put(SYNC_NAMESPACE, f"{BOT}|", b"a position from another server")
+    refusal = Reply.json({"errcode": "M_UNKNOWN", "error": "Invalid stream token"}, status=400)
+
+    async def sink(message: InboundMessage) -> None:
+        raise AssertionError(f"nothing is delivered: {message}")
+
+    async with provider(homeserver, kv) as back:
+        # The stored position is refused, "now" is handed out, and then refused too.
+        homeserver.script("sync", refusal, Reply.json({"next_batch": "s0"}), refusal)
+        with anyio.fail_after(10), pytest.raises(ConnectionLost, match="refused the position"):
+            await back.receive(sink)
+    assert [r.query.get("since") for r in homeserver.requests_to("sync")] == [
+        "a position from another server",
+        None,
+        "s0",
+    ]
