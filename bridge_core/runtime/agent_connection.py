@@ -31,7 +31,7 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import anyio
 from aiohttp import WSMsgType, web
@@ -39,69 +39,20 @@ from anyio.abc import TaskGroup
 
 import bridge_core.agent.protocol as p
 from bridge_core.conversation import Frame, Turn, obligation_id
-from bridge_core.events import FleetEvent, UnknownEvent
+from bridge_core.events import UnknownEvent
 from bridge_core.ledger import Obligation
 from bridge_core.ownership import AgentGroupMember, NotAMember
+from bridge_core.runtime.agent_host import AgentHost, AgentSocketSettings, SocketCounts
 from bridge_core.runtime.agent_wire import re_of, turn_message
 from bridge_core.runtime.channel import ChannelRuntime
 from bridge_core.runtime.http_api import ApiError, parse_events_body
 
-__all__ = ["DECLINED", "AgentConnection", "AgentHost", "AgentSocketSettings", "SocketCounts"]
+__all__ = ["DECLINED", "AgentConnection"]
 
 log = logging.getLogger("bridge_core.runtime.agent_socket")
 
 DECLINED = "declined"
 """The obligation a declined turn's frame carries: it settles the turn, and no ledger row has it."""
-
-
-class AgentHost(Protocol):
-    """What the socket needs from the gateway."""
-
-    gateway_id: str
-
-    @property
-    def accepting(self) -> bool: ...
-
-    def agent_channel(self, name: str) -> ChannelRuntime | None:
-        """The configured channel ``name`` (with its conversation log), or ``None``."""
-
-    async def accept_events(self, events: Sequence[FleetEvent]) -> None: ...
-
-    def send_recorded_soon(self, channel: ChannelRuntime, row: Obligation) -> bool:
-        """Send a recorded reply in the gateway's own tasks (False, and nothing started, while
-        it is not serving)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSocketSettings:
-    api_token: str | None = None
-    agent_tokens: Mapping[str, str] = field(default_factory=dict)
-    """Agent name to its bearer token."""
-    max_message_bytes: int = p.MAX_MESSAGE_BYTES
-    hello_timeout: float = 10.0
-    max_bad_messages: int = 16
-    ping_interval: float = 10.0
-    """WebSocket pings; a peer that misses a pong for this long is a dropped connection."""
-    settle: float = 1.0
-    heartbeat: float = 1.0
-    expiry: float | None = None
-    lookback: float = 3600.0
-    drain_timeout: float = 10.0
-
-
-@dataclass(slots=True)
-class SocketCounts:
-    """The counters the agent socket and its connections increment; ``AgentSockets.statistics()``
-    is their snapshot."""
-
-    connections: int = 0
-    refused: int = 0
-    turns_sent: int = 0
-    answers_recorded: int = 0
-    errors_sent: int = 0
-    closed_for_garbage: int = 0
-    graceful_closes: int = 0
-    drops: int = 0
 
 
 @dataclass(slots=True)

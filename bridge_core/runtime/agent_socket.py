@@ -9,7 +9,8 @@ and expiry are the log's fold (ADR 0030..0036), not anything of this module's; A
 how a connection maps onto it.
 
 What one connection does once it is open (its turns, answers, streams, how it ends, bad input)
-is ``bridge_core.runtime.agent_connection``.
+is ``bridge_core.runtime.agent_connection``; what both need from the gateway, their settings and
+counters, ``bridge_core.runtime.agent_host``.
 """
 
 from __future__ import annotations
@@ -21,13 +22,8 @@ from dataclasses import asdict, dataclass
 import anyio
 from aiohttp import web
 
-from bridge_core.runtime.agent_connection import (
-    DECLINED,
-    AgentConnection,
-    AgentHost,
-    AgentSocketSettings,
-    SocketCounts,
-)
+from bridge_core.runtime.agent_connection import DECLINED, AgentConnection
+from bridge_core.runtime.agent_host import AgentHost, AgentSocketSettings, SocketCounts
 
 __all__ = [
     "DECLINED",

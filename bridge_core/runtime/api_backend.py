@@ -33,7 +33,7 @@ log = logging.getLogger("bridge_core.runtime")
 
 
 class GatewayApi:
-    """``ApiBackend`` (``runtime.http_api``) and ``AgentHost`` (``runtime.agent_connection``)
+    """``ApiBackend`` (``runtime.http_api``) and ``AgentHost`` (``runtime.agent_host``)
     for one gateway's run. ``url`` is the API's address once it is bound (``None`` without
     HTTP)."""
 
