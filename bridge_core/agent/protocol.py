@@ -15,6 +15,12 @@ gateway to client   ``hello`` ``turn`` ``ack`` ``error``
 ``parse_client_message`` raises ``ProtocolError`` whose ``code`` (one of ``ERROR_CODES``) and
 message name what was wrong and where; the gateway sends it back as an ``error`` message.
 
+Every client message may carry an ``id`` (``echoable_id``: a string of at most ``MAX_ID_CHARS``
+characters, no NUL, no lone surrogate); the gateway echoes it as ``re`` in the ``ack`` or
+``error`` answering that message, so a client correlates each answer exactly. Its ``hello``
+says so (``message_ids``); a gateway from before the addition accepts an ``id`` on ``event``
+only and refuses it elsewhere as an unknown field.
+
 Exception hierarchy::
 
     ProtocolError     a message that does not follow the protocol (``code``, ``field``, ``turn``)
@@ -41,6 +47,7 @@ __all__ = [
     "ERROR_CODES",
     "MAX_CHANNELS",
     "MAX_CONCURRENCY",
+    "MAX_ID_CHARS",
     "MAX_MESSAGE_BYTES",
     "MAX_NAME_CHARS",
     "PATH",
@@ -63,6 +70,7 @@ __all__ = [
     "Streamed",
     "TurnMessage",
     "check_text",
+    "echoable_id",
     "encode",
     "parse_client_message",
     "parse_server_message",
@@ -77,6 +85,8 @@ MAX_MESSAGE_BYTES = 256 * 1024
 MAX_CHANNELS = 64
 MAX_CONCURRENCY = 1024
 MAX_NAME_CHARS = 200
+MAX_ID_CHARS = MAX_NAME_CHARS
+"""The longest ``id`` a client message may carry (``event``'s limit when only it had one)."""
 MAX_DEPTH = 32
 """How deeply a message's JSON may nest (a fleet event batch needs three levels)."""
 
@@ -138,6 +148,15 @@ def check_text(value: str, *, where: str) -> str:
     return value
 
 
+def echoable_id(value: object) -> str | None:
+    """``value`` if it is a valid message ``id``, so an answer may echo it as ``re``; else
+    ``None``: a string of at most ``MAX_ID_CHARS`` characters without NUL or a lone surrogate
+    (empty allowed, as ``event`` always allowed it). The parser refuses any other ``id``."""
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS and text_problem(value) is None:
+        return value
+    return None
+
+
 # ---------------------------------------------------------------------- client messages
 
 
@@ -148,6 +167,7 @@ class Hello:
     name: str
     concurrency: int = 1
     protocol: int = PROTOCOL_VERSION
+    id: str | None = None
     type: str = "hello"
 
 
@@ -155,6 +175,7 @@ class Hello:
 class Reply:
     turn: str
     text: str
+    id: str | None = None
     type: str = "reply"
 
 
@@ -162,6 +183,7 @@ class Reply:
 class Busy:
     turn: str
     notice: str | None = None
+    id: str | None = None
     type: str = "busy"
 
 
@@ -169,6 +191,7 @@ class Busy:
 class Decline:
     turn: str
     reason: str | None = None
+    id: str | None = None
     type: str = "decline"
 
 
@@ -178,6 +201,7 @@ class ClientError:
 
     turn: str
     message: str
+    id: str | None = None
     type: str = "error"
 
 
@@ -198,6 +222,7 @@ class Streamed:
     type: str
     turn: str
     text: str
+    id: str | None = None
 
 
 ClientMessage = Hello | Reply | Busy | Decline | ClientError | EventPost | Streamed
@@ -244,7 +269,8 @@ def _no_constant(name: str) -> Any:
 
 @dataclass(slots=True)
 class _Fields:
-    """Typed reads of one message's fields, each error naming the field."""
+    """Typed reads of one message's fields, each error naming the field (``id`` is allowed on
+    every message)."""
 
     data: Mapping[str, Any]
     kind: str
@@ -252,6 +278,7 @@ class _Fields:
     turn: str | None = field(default=None)
 
     def __post_init__(self) -> None:
+        self.allowed |= {"id"}  # so each kind's field list names only its own fields
         for key in self.data:
             if key not in self.allowed:
                 expected = ", ".join(sorted(self.allowed - {"type"}))
@@ -285,6 +312,10 @@ class _Fields:
         except ProtocolError as exc:
             exc.turn = self.turn
             raise
+
+    def message_id(self) -> str | None:
+        """The message's ``id`` (``echoable_id``'s rule), or ``None`` when it has none."""
+        return self.text("id", required=False, max_chars=MAX_ID_CHARS)
 
     def integer(self, name: str, *, default: int, low: int, high: int) -> int:
         value = self.data.get(name, default)
@@ -337,14 +368,18 @@ def parse_client_message(raw: str | bytes, *, max_bytes: int = MAX_MESSAGE_BYTES
         name = f.text("name", required=True, max_chars=MAX_NAME_CHARS)
         assert group is not None and name is not None
         concurrency = f.integer("concurrency", default=1, low=1, high=MAX_CONCURRENCY)
-        return Hello(group=group, channels=tuple(names), name=name, concurrency=concurrency)
+        return Hello(
+            group=group,
+            channels=tuple(names),
+            name=name,
+            concurrency=concurrency,
+            id=f.message_id(),
+        )
     if kind == "event":
-        f = _Fields(data, kind, frozenset({"type", "event", "id"}))
+        f = _Fields(data, kind, frozenset({"type", "event"}))
         if not isinstance(data.get("event"), dict | list):
             raise f._fail("event", "is required: a fleet event object or an array of them")
-        return EventPost(
-            event=data["event"], id=f.text("id", required=False, max_chars=MAX_NAME_CHARS)
-        )
+        return EventPost(event=data["event"], id=f.message_id())
     turn = _turn_id(data)
     extra = {
         "reply": {"text"},
@@ -357,19 +392,20 @@ def parse_client_message(raw: str | bytes, *, max_bytes: int = MAX_MESSAGE_BYTES
     f = _Fields(data, kind, frozenset({"type", "turn"} | extra), turn=turn)
     turn_id = f.text("turn", required=True, max_chars=MAX_NAME_CHARS)
     assert turn_id is not None
+    message_id = f.message_id()
     if kind == "reply":
         text = f.text("text", required=True)
         assert text is not None
-        return Reply(turn=turn_id, text=text)
+        return Reply(turn=turn_id, text=text, id=message_id)
     if kind == "busy":
-        return Busy(turn=turn_id, notice=f.text("notice", required=False))
+        return Busy(turn=turn_id, notice=f.text("notice", required=False), id=message_id)
     if kind == "decline":
-        return Decline(turn=turn_id, reason=f.text("reason", required=False))
+        return Decline(turn=turn_id, reason=f.text("reason", required=False), id=message_id)
     if kind == "error":
         message = f.text("message", required=False) or "the agent failed on this turn"
-        return ClientError(turn=turn_id, message=message)
+        return ClientError(turn=turn_id, message=message, id=message_id)
     text = f.text("text", required=False) or ""
-    return Streamed(type=kind, turn=turn_id, text=text)
+    return Streamed(type=kind, turn=turn_id, text=text, id=message_id)
 
 
 # ---------------------------------------------------------------------- gateway messages
@@ -397,6 +433,10 @@ class ServerHello:
     concurrency: int
     max_message_bytes: int = MAX_MESSAGE_BYTES
     protocol: int = PROTOCOL_VERSION
+    message_ids: bool = False
+    """True: the gateway takes an ``id`` on every client message and echoes it as ``re`` in the
+    answer. Absent (False) from a gateway older than that, which takes an ``id`` on ``event``
+    only and refuses it on any other message."""
     type: str = "hello"
 
 
@@ -418,7 +458,8 @@ class TurnMessage:
 @dataclass(frozen=True, slots=True)
 class Ack:
     """A client message made durable: ``recorded`` is ``reply``, ``busy``, ``decline``,
-    ``final``, or ``event`` (then ``accepted``/``ignored`` count the events)."""
+    ``final``, or ``event`` (then ``accepted``/``ignored`` count the events). ``re`` is the
+    acknowledged message's ``id``, when it had one."""
 
     recorded: str
     turn: str | None = None
@@ -431,6 +472,9 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class ServerError:
+    """What was wrong with a client message; ``re`` is its ``id``, when it had a valid one (an
+    invalid ``id`` is itself refused, naming the field ``id``)."""
+
     code: str
     message: str
     turn: str | None = None
@@ -535,5 +579,6 @@ def parse_server_message(
             concurrency=_need(data, "concurrency", int),
             max_message_bytes=_need(data, "max_message_bytes", int),
             protocol=_need(data, "protocol", int),
+            message_ids=data.get("message_ids") is True,
         )
     raise ProtocolError("unknown_type", f"unknown gateway message type {kind!r}", field="type")

@@ -20,6 +20,10 @@ How a connection ends decides how its members leave:
 - a drop (no close frame: the process was killed, the network went, pongs stopped): no leave;
   heartbeats stop and the reaper expires the members after ``expiry``, like a crashed gateway's.
 
+Each answer to a client message (its ``ack``, or the ``error`` refusing it, sent at once or
+after the recording) echoes that message's ``id`` as ``re``: ``re_of`` for the errors of
+``_on_text``, ``answer.id`` for the answers recorded in ``_await_answer``.
+
 Bad input gets an ``error`` naming the problem (``protocol.ERROR_CODES``) and changes nothing;
 ``max_bad_messages`` of them in a row close the connection with ``CLOSE_POLICY``. The handlers
 are looked up by message type in ``AgentConnection.HANDLERS``.
@@ -192,10 +196,10 @@ class AgentConnection:
     # ------------------------------------------------------------------ input
 
     async def _on_text(self, raw: str) -> None:
-        kind, turn = "message", None  # once read: its type begins every error's message
+        # once read, its type begins every error's message, and its id is every answer's re
+        message: p.ClientMessage | None = None
         try:
             message = p.parse_client_message(raw, max_bytes=self.settings.max_message_bytes)
-            kind, turn = message.type, getattr(message, "turn", None)
             if self.hello is None and not isinstance(message, p.Hello):
                 raise p.ProtocolError(
                     "hello_first",
@@ -207,7 +211,7 @@ class AgentConnection:
             else:
                 await getattr(self, self.HANDLERS[message.type])(message)
         except p.ProtocolError as error:
-            await self._bad_input(error, re=re_of(raw))
+            await self._bad_input(error, re=re_of(message, raw))
             return
         except _Closed:
             return  # closed while answering; the read loop sees the close next
@@ -215,8 +219,12 @@ class AgentConnection:
             log.exception(
                 "agent %s: a message from %s failed in the gateway", self.agent, self.remote
             )
+            kind = message.type if message is not None else "message"
             failed = f"{kind}: the gateway failed on it ({type(error).__name__}); send it again"
-            await self._send_error(p.ProtocolError("unavailable", failed, turn=turn), re=re_of(raw))
+            turn = getattr(message, "turn", None)
+            await self._send_error(
+                p.ProtocolError("unavailable", failed, turn=turn), re=re_of(message, raw)
+            )
             return
         self._bad = 0
 
@@ -335,6 +343,7 @@ class AgentConnection:
                     since=since,
                     concurrency=hello.concurrency,
                     max_message_bytes=self.settings.max_message_bytes,
+                    message_ids=True,
                 )
             )
         except _Closed:
@@ -439,7 +448,8 @@ class AgentConnection:
                         f"{answer.type}: this connection's member left channel {held.channel}'s "
                         "group before the answer was recorded; the turn moved to another member",
                         turn=turn_id,
-                    )
+                    ),
+                    re=answer.id,
                 )
                 return None
             except Exception as error:
@@ -451,7 +461,8 @@ class AgentConnection:
                         f"{answer.type}: the gateway could not record it ({type(error).__name__});"
                         " send it again",
                         turn=turn_id,
-                    )
+                    ),
+                    re=answer.id,
                 )
                 continue
             self._counts.answers_recorded += 1
@@ -460,6 +471,7 @@ class AgentConnection:
                     p.Ack(
                         recorded=answer.type,
                         turn=turn_id,
+                        re=answer.id,
                         obligation=row.id if row is not None else None,
                     )
                 )
@@ -499,7 +511,7 @@ class AgentConnection:
                         field="text",
                         turn=message.turn,
                     )
-                held.answer = p.Reply(turn=message.turn, text=message.text)
+                held.answer = p.Reply(turn=message.turn, text=message.text, id=message.id)
                 held.wake()
                 return
             held.streamed = obligation_id(

@@ -1,7 +1,7 @@
 """The agent socket's messages built from the gateway's records, and read back for an error.
 
 ``turn_message``: the ``turn`` message for one of a member's turns, with its history.
-``re_of``: the ``id`` of a message that failed, so its ``error`` can name it (``re``).
+``re_of``: the ``id`` an ``error`` answering a frame echoes as ``re``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,20 @@ from bridge_core.conversation import Frame, Turn
 __all__ = ["re_of", "turn_message"]
 
 
-def re_of(raw: str) -> str | None:
-    """The ``id`` of a message that failed, when it has a usable one (to correlate the error)."""
-    if '"id"' not in raw:
+def re_of(message: p.ClientMessage | None, raw: str) -> str | None:
+    """The ``re`` of the ``error`` answering the frame ``raw``: the ``id`` of ``message``, read
+    from it; when the parser refused the frame (``message`` is ``None``), its ``id`` if it is an
+    object with a valid one (``protocol.echoable_id``), so a message refused for another field,
+    or for its size, is still named. An invalid ``id`` is never echoed: its error names it."""
+    if message is not None:
+        return message.id
+    if '"id"' not in raw:  # no id to find (an escaped key name is missed: it only costs the re)
         return None
     try:
-        value = json.loads(raw).get("id")
-    except (ValueError, AttributeError, RecursionError):
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
-    return value if isinstance(value, str) and len(value) <= p.MAX_NAME_CHARS else None
+    return p.echoable_id(data.get("id")) if isinstance(data, dict) else None
 
 
 def turn_message(

@@ -49,6 +49,18 @@ def assert_client_message(frame: str) -> dict[str, Any]:
     return data
 
 
+def well_formed(kind: str) -> dict[str, Any]:
+    """A client message of type ``kind`` with every field well formed (an ``id`` may be added):
+    after hello, the gateway refuses each but ``event`` (``second_hello``, or ``not_held``: the
+    turn is never one it sent) and acknowledges the ``event``."""
+    if kind == "hello":
+        return {"type": "hello", "group": "support", "channels": ["ops"], "name": "t"}
+    if kind == "event":
+        return {"type": "event", "event": []}
+    fields = {"busy": {}, "decline": {}, "error": {"message": "m"}}.get(kind, {"text": "x"})
+    return {"type": kind, "turn": "ops/99999", **fields}
+
+
 TOKEN = "api-token-1"
 AGENT_TOKEN = "agent-token-1"
 

@@ -16,7 +16,7 @@ from bridge_core.agent import protocol as p
 from bridge_core.runtime import Gateway
 from bridge_core.testing.http_fuzz import ANY_TEXT
 
-from .conftest import OPTIONS, Client, frames_answering, say
+from .conftest import OPTIONS, Client, frames_answering, say, well_formed
 
 # full Unicode: lone surrogates, NUL and control characters included (JSON escapes them);
 # st.characters() alone never draws a surrogate, so the kit's ANY_TEXT
@@ -128,3 +128,46 @@ async def test_after_the_fuzzing_turns_are_still_answered(gateway: Gateway, clie
     assert turn["text"] == "a \ufffd and \U0001f600 in a turn"  # made valid at admission
     await raw.send({"type": "reply", "turn": turn["turn"], "text": "🙂"})
     assert (await raw.recv())["recorded"] == "reply"
+
+
+# ---------------------------------------------------------------------- the id of a message
+
+# any JSON value, and strings over full Unicode around the length limit as well as short ones
+any_id = (
+    any_text
+    | st.text(st.characters(exclude_categories=()), min_size=p.MAX_ID_CHARS - 2, max_size=210)
+    | nested
+)
+
+
+def as_received(value: object) -> object:
+    """``value`` as the gateway reads it from the JSON (a surrogate pair written as two code
+    points arrives as the one character it encodes)."""
+    return json.loads(json.dumps(value))
+
+
+@pytest.mark.anyio
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sent=st.lists(st.tuples(st.sampled_from(p.CLIENT_TYPES), any_id), min_size=1, max_size=8))
+async def test_any_id_on_any_message_is_echoed_exactly_when_it_is_valid(
+    gateway: Gateway, client: Client, sent: list[tuple[str, object]]
+) -> None:
+    raw = await client.connect()
+    await raw.hello()
+    for kind, value in sent:
+        await raw.send({**well_formed(kind), "id": value})
+        answer = await raw.recv()  # schema-checked
+        received = as_received(value)
+        if p.echoable_id(received) is None:  # refused as a whole, naming the id, not echoing it
+            assert (answer["code"], answer.get("re")) == ("invalid", None), (value, answer)
+            assert answer["field"] in ("id", f"{kind}.id"), (value, answer)
+        else:
+            expected = {"event": "ack", "hello": "second_hello"}.get(kind, "not_held")
+            assert answer.get("code", answer["type"]) == expected, (value, answer)
+            assert answer["re"] == received, (value, answer)
+    assert not raw.ws.closed
+    await raw.ws.close()

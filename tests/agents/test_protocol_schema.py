@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge_core.agent import protocol as p
+from bridge_core.testing.http_fuzz import ANY_TEXT
+from bridge_core.text import text_problem
 
-from .conftest import CLIENT, SCHEMA, assert_client_message, assert_server_message
+from .conftest import CLIENT, SCHEMA, assert_client_message, assert_server_message, well_formed
 
 SERVER_EXAMPLES: list[p.ServerMessage] = [
     p.ServerHello(
@@ -146,3 +148,83 @@ def test_text_the_schema_cannot_express_is_refused_by_name(text: str, problem: s
         p.parse_client_message(frame)
     assert caught.value.code == "invalid" and problem in caught.value.message
     assert caught.value.field == "reply.text" and caught.value.turn == "ops/1"
+
+
+# ---------------------------------------------------------------------- message ids
+
+ID_EXAMPLES: list[p.ClientMessage] = [
+    p.Hello(group="support", channels=("ops",), name="bot", id="h1"),
+    p.Reply(turn="ops/7", text="hello", id="r1"),
+    p.Busy(turn="ops/7", id="b1"),
+    p.Decline(turn="ops/7", reason="no", id="d1"),
+    p.ClientError(turn="ops/7", message="model timed out", id="e1"),
+    p.EventPost(event=[], id=""),
+    p.Streamed(type="stream", turn="ops/7", text="par", id="s1"),
+    p.Streamed(type="final", turn="ops/7", text="", id="x" * p.MAX_ID_CHARS),
+]
+
+
+@pytest.mark.parametrize("message", ID_EXAMPLES, ids=lambda m: m.type)
+def test_every_client_message_type_carries_an_id_the_schema_and_parser_take(
+    message: p.ClientMessage,
+) -> None:
+    frame = p.encode(message)
+    assert assert_client_message(frame)["id"] == message.id
+    assert p.parse_client_message(frame) == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        p.ServerHello(gateway="g", members={}, since={}, concurrency=1, message_ids=True),
+        p.Ack(recorded="final", turn="ops/7", re="f1", obligation="ob"),
+        p.ServerError(code="invalid", message="stream.text: no", turn="ops/7", re="s1"),
+    ],
+    ids=lambda m: m.type,
+)
+def test_the_gateway_s_answers_carry_re_and_its_hello_says_so(message: p.ServerMessage) -> None:
+    frame = p.encode(message)
+    assert_server_message(frame)
+    assert p.parse_server_message(frame) == message
+
+
+def test_a_hello_without_message_ids_is_a_gateway_older_than_ids() -> None:
+    old = {
+        "type": "hello",
+        "protocol": 1,
+        "gateway": "g",
+        "members": {},
+        "since": {},
+        "concurrency": 1,
+        "max_message_bytes": 10,
+    }
+    hello = p.parse_server_message(json.dumps(old))
+    assert isinstance(hello, p.ServerHello) and hello.message_ids is False
+
+
+any_id = (
+    ANY_TEXT
+    | st.text(st.characters(exclude_categories=()), min_size=p.MAX_ID_CHARS - 2, max_size=210)
+    | json_scalar
+    | st.lists(json_scalar, max_size=2)
+)
+
+
+@given(kind=st.sampled_from(p.CLIENT_TYPES), value=any_id)
+@settings(max_examples=600, deadline=None)
+def test_an_id_is_taken_exactly_when_it_is_valid_and_the_schema_agrees(
+    kind: str, value: object
+) -> None:
+    frame = json.dumps({**well_formed(kind), "id": value})
+    received = json.loads(frame)["id"]  # a surrogate pair in two code points arrives as one
+    try:
+        message = p.parse_client_message(frame)
+    except p.ProtocolError as error:
+        assert p.echoable_id(received) is None, (received, error)
+        assert error.code == "invalid" and error.field in ("id", f"{kind}.id"), error
+        assert error.message.startswith(f"{kind}.id: "), error
+    else:
+        assert p.echoable_id(received) == received == message.id
+        assert p.parse_client_message(p.encode(message)) == message
+    if not isinstance(received, str) or text_problem(received) is None:  # the schema can say it
+        assert CLIENT.is_valid(json.loads(frame)) == (p.echoable_id(received) is not None)
