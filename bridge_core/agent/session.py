@@ -13,6 +13,12 @@ delay); turns the old connection held and had not had acknowledged are the gatew
 (``turn.reply`` on one raises ``TurnLost``). Leaving the ``async with`` closes the socket with a
 close frame: a graceful leave, so the turns still queued for this agent move at once.
 
+After ``hello``, each message the session sends carries an ``id`` (when the gateway's ``hello``
+says it takes them, ``message_ids``; an older gateway takes one on ``event`` only), and an answer
+is matched to the message whose ``id`` it echoes as ``re``. An older gateway echoes none: its
+answers are matched by turn, and an error whose text begins ``stream`` is taken for a refused
+delta.
+
 Runs on anyio: asyncio and trio alike. With ``concurrency`` above 1, answer turns in tasks::
 
     async with anyio.create_task_group() as tg:
@@ -29,6 +35,7 @@ Exception hierarchy::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -36,7 +43,7 @@ import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -48,6 +55,8 @@ from bridge_core.agent.ws import ConnectionClosed, HandshakeRefused, WebSocket, 
 __all__ = ["AgentError", "Refused", "Rejected", "Session", "Turn", "TurnLost", "connect"]
 
 log = logging.getLogger("bridge_core.agent")
+
+_M = TypeVar("_M", bound=p.ClientMessage)
 
 
 class AgentError(Exception):
@@ -74,6 +83,9 @@ class Rejected(AgentError):
 
 @dataclass(slots=True)
 class _Waiter:
+    """A message sent that waits for its ``ack`` or ``error``."""
+
+    turn: str | None  # the turn it answers (None: an event), for a gateway that echoes no re
     event: anyio.Event = field(default_factory=anyio.Event)
     result: p.Ack | p.ServerError | None = None
 
@@ -86,7 +98,26 @@ class _Connection:
         self.number = number
         self.hello: p.ServerHello | None = None
         self.waiters: dict[str, _Waiter] = {}
+        """By the id of the message each waits on (sent as ``id`` when the gateway takes it)."""
         self.closed = anyio.Event()
+
+    @property
+    def takes_ids(self) -> bool:
+        """Whether the gateway takes an ``id`` on every message and echoes it as ``re``."""
+        return self.hello is not None and self.hello.message_ids
+
+    def waiter_for(self, answer: p.Ack | p.ServerError) -> _Waiter | None:
+        """The waiter ``answer`` settles: the one of the message whose id it echoes as ``re``,
+        exactly (none for an answer to a message nobody waits on: a refused delta, a refused
+        ``fail``). Without ``re`` (a gateway older than message ids), the one waiting on its
+        turn, unless its text says it refused a ``stream`` delta."""
+        if answer.re is not None:
+            return self.waiters.get(answer.re)
+        if answer.turn is None:
+            return None
+        if isinstance(answer, p.ServerError) and _answers_a_delta(answer):
+            return None  # a refused delta is not the reply's outcome
+        return next((w for w in self.waiters.values() if w.turn == answer.turn), None)
 
     def settle_all(self) -> None:
         self.closed.set()
@@ -126,8 +157,8 @@ class Turn:
 
     async def stream(self, delta: str) -> None:
         """Append ``delta`` to a streamed reply (shown as it comes, at the channel's pace; no
-        ack: the latest text wins). End it with ``final``."""
-        await self._session._send(
+        ack: the latest text wins; a refusal is logged). End it with ``final``."""
+        await self._session._send_unanswered(
             self._connection, p.Streamed(type="stream", turn=self.id, text=delta)
         )
 
@@ -139,12 +170,15 @@ class Turn:
 
     async def fail(self, message: str) -> None:
         """Report a failure: nothing is recorded; the turn stays unanswered in the log."""
-        await self._session._send(self._connection, p.ClientError(turn=self.id, message=message))
+        await self._session._send_unanswered(
+            self._connection, p.ClientError(turn=self.id, message=message)
+        )
 
 
 def _answers_a_delta(error: p.ServerError) -> bool:
-    """Whether ``error`` refused a ``stream`` delta (which waits for no answer): an error's
-    message begins with the type of the message it answers (docs/agent-protocol.md)."""
+    """Whether ``error``, from a gateway that echoes no ``re``, refused a ``stream`` delta
+    (which waits for no answer): an error's message begins with the type of the message it
+    answers (docs/agent-protocol.md). A guess from wording; ``re`` makes it unnecessary."""
     return error.message.startswith(("stream:", "stream."))
 
 
@@ -206,8 +240,24 @@ class Session:
         except ConnectionClosed as closed:
             raise TurnLost(f"the connection closed ({closed.code}) before sending") from None
 
-    async def _request(self, connection: _Connection, key: str, message: p.ClientMessage) -> p.Ack:
-        waiter = connection.waiters[key] = _Waiter()
+    def _identified(self, connection: _Connection, message: _M) -> tuple[_M, str]:
+        """``message`` with a new ``id`` (unless the gateway would refuse the field: an older
+        one takes it on ``event`` only), and that id, which keys its waiter either way."""
+        key = f"{message.type}-{next(self._ids)}"
+        if connection.takes_ids or isinstance(message, p.EventPost):
+            message = dataclasses.replace(message, id=key)
+        return message, key
+
+    async def _send_unanswered(self, connection: _Connection, message: p.ClientMessage) -> None:
+        """Send a message that gets no ``ack``; with an ``id``, so that an error refusing it is
+        known for its own (and logged) rather than taken for the outcome of another."""
+        await self._send(connection, self._identified(connection, message)[0])
+
+    async def _request(
+        self, connection: _Connection, message: p.ClientMessage, *, turn: str | None
+    ) -> p.Ack:
+        message, key = self._identified(connection, message)
+        waiter = connection.waiters[key] = _Waiter(turn=turn)
         try:
             await self._send(connection, message)
             await waiter.event.wait()
@@ -218,12 +268,13 @@ class Session:
             return result
         if isinstance(result, p.ServerError):
             raise Rejected(result.code, result.message)
-        raise TurnLost(f"the connection closed before the gateway acknowledged {key}")
+        what = f"the {message.type} to turn {turn}" if turn is not None else key
+        raise TurnLost(f"the connection closed before the gateway acknowledged {what}")
 
     async def _answer(self, turn: Turn, message: p.ClientMessage) -> p.Ack:
         for attempt in range(5):
-            try:
-                return await self._request(turn._connection, turn.id, message)
+            try:  # each attempt a message of its own, with its own id
+                return await self._request(turn._connection, message, turn=turn.id)
             except Rejected as error:
                 if error.code != "unavailable" or attempt == 4:
                     raise
@@ -237,9 +288,8 @@ class Session:
         await self._connected.wait()
         connection = self._current
         assert connection is not None
-        key = f"ev-{next(self._ids)}"
         body = dict(events) if isinstance(events, Mapping) else [dict(e) for e in events]
-        return await self._request(connection, key, p.EventPost(event=body, id=key))
+        return await self._request(connection, p.EventPost(event=body), turn=None)
 
     # ------------------------------------------------------------------ the connection loop
 
@@ -323,15 +373,17 @@ class Session:
                 if isinstance(message, p.TurnMessage):
                     await self._turns_in.send(self._turn(message, connection))
                 elif isinstance(message, p.Ack | p.ServerError):
-                    key = message.turn if message.turn is not None else message.re
-                    if isinstance(message, p.ServerError) and _answers_a_delta(message):
-                        key = None  # a refused delta is not the reply's outcome (logged below)
-                    waiter = connection.waiters.get(key) if key is not None else None
-                    if waiter is not None:
+                    waiter = connection.waiter_for(message)
+                    if waiter is not None and waiter.result is None:  # its first answer only
                         waiter.result = message
                         waiter.event.set()
                     elif isinstance(message, p.ServerError):
-                        log.warning("agent: gateway error %s: %s", message.code, message.message)
+                        log.warning(
+                            "agent: gateway error %s%s: %s",
+                            message.code,
+                            f" (re {message.re})" if message.re is not None else "",
+                            message.message,
+                        )
         except ConnectionClosed as closed:
             log.info(
                 "agent: connection %d closed (%d %s)", connection.number, closed.code, closed.reason
