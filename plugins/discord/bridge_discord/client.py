@@ -59,7 +59,8 @@ MessageHandler = Callable[[discord.Message], Awaitable[None]]
 
 class BridgeClient(discord.Client):
     """A ``discord.Client`` whose REST calls go to ``base_url``, whose gateway connection goes to
-    ``gateway_url`` (discord.py's default when ``None``), and whose messages go to a handler."""
+    ``gateway_url`` (discord.py's default when ``None``), whose messages go to a handler, and
+    whose new sessions (READY) call ``session_handler`` synchronously."""
 
     def __init__(
         self,
@@ -84,6 +85,15 @@ class BridgeClient(discord.Client):
         self.http = http
         self._connection.http = http
         self.message_handler: MessageHandler | None = None
+        self.session_handler: Callable[[], None] | None = None
+
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        # discord.py dispatches "connect" from READY, the start of a new session (a RESUME
+        # dispatches "resumed"), and runs handlers as tasks; this hook runs in place, before
+        # any later frame is read, so the session's messages find their channels held back.
+        if event == "connect" and self.session_handler is not None:
+            self.session_handler()
+        super().dispatch(event, *args, **kwargs)
 
     async def on_message(self, message: discord.Message) -> None:
         if self.message_handler is not None:

@@ -21,10 +21,13 @@ __all__ = ["create_provider", "provider_type", "register_budget_presets", "regis
 
 
 def create_provider(settings: DiscordSettings, context: ProviderContext) -> DiscordProvider:
-    """Build one Discord provider instance for a bot profile."""
+    """Build one Discord provider instance for a bot profile; the channels' backfill positions
+    go to ``context.kv``."""
     from bridge_discord.provider import DiscordProvider  # the SDK loads here, not at plugin load
 
-    return DiscordProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
+    return DiscordProvider(
+        settings, profile=context.profile, kv=context.kv, api_base_url=context.api_base_url
+    )
 
 
 def provider_type() -> ProviderType[DiscordSettings]:

@@ -14,9 +14,12 @@ own resend of a part whose answer was lost finds the first message; other posts 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import secrets
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import anyio
 import discord
@@ -26,10 +29,12 @@ from bridge_core import (
     ConnectionLost,
     Forbidden,
     InboundSink,
+    KeyValueStore,
     MessageRef,
     MessageRejected,
     NotFound,
     ProviderError,
+    RateLimited,
     TransportError,
     Unreachable,
     mapped_call,
@@ -37,13 +42,16 @@ from bridge_core import (
     neutralise_mass_mentions,
     post_key,
 )
+from bridge_discord.backfill import ChannelGone, Positions
 from bridge_discord.client import BridgeClient
-from bridge_discord.errors import map_exception
-from bridge_discord.inbound import inbound_from_message
+from bridge_discord.errors import map_error, map_exception
+from bridge_discord.receiver import Receiver
 from bridge_discord.rest import DiscordRest
 from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
 
 __all__ = ["CAPABILITIES", "MAX_LENGTH", "DiscordProvider", "DiscordSettings"]
+
+log = logging.getLogger("bridge_discord")
 
 _SLACK_MASS = re.compile(r"<!(?=(everyone|here|channel)\b)", re.IGNORECASE)
 
@@ -59,6 +67,20 @@ _INTENTS_ADVICE = (
 _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
 _NO_MENTIONS: dict[str, Any] = {"parse": []}
 
+_HISTORY_RATE_LIMITS = 5  # 429s in a row on one page before the run ends as ConnectionLost
+_HISTORY_DEFAULT_WAIT = 5.0  # seconds, when a 429 says no usable retry-after
+_unstored_profiles: set[str] = set()  # profiles already told they have no backfill
+
+
+def _history_error(*, status: int, body: Any, headers: Any, where: str) -> ProviderError:
+    """A refused read of a channel's messages: 404 (Unknown Channel, 10003) and any request
+    that can never work for this channel end that channel's backfill, not every channel's; a
+    refused token (401) is still ``Unreachable``."""
+    error = map_error(status=status, body=body, headers=headers, where=where)
+    if status == 404 or (status != 401 and isinstance(error, (Unreachable, MessageRejected))):
+        return ChannelGone(str(error))
+    return error
+
 
 def nonce(key: str) -> str:
     """The create's nonce for the idempotency ``key`` (25 characters, Discord's most): the same
@@ -73,10 +95,16 @@ class DiscordProvider(ChatProvider):
     capabilities = CAPABILITIES
 
     def __init__(
-        self, settings: DiscordSettings, *, profile: str, api_base_url: str | None = None
+        self,
+        settings: DiscordSettings,
+        *,
+        profile: str,
+        kv: KeyValueStore | None = None,
+        api_base_url: str | None = None,
     ) -> None:
         self._settings = settings
         self._profile = profile
+        self._kv = kv
         self._base_url = (api_base_url or settings.api_base_url).rstrip("/")
         self._client: BridgeClient | None = None
         self._lock = anyio.Lock()
@@ -144,12 +172,18 @@ class DiscordProvider(ChatProvider):
     # ------------------------------------------------------------------ calls
 
     async def _call(
-        self, method: str, path: str, *, where: str, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        where: str,
+        body: dict[str, Any] | None = None,
+        errors: Callable[..., ProviderError] = map_error,
     ) -> Any:
         deadline = self._settings.call_deadline
         try:
             with anyio.fail_after(deadline):
-                return await self._rest.request(method, path, where=where, body=body)
+                return await self._rest.request(method, path, where=where, body=body, errors=errors)
         except TimeoutError:
             pass
         raise TransportError(f"Discord did not complete {where} within the {deadline:g} s deadline")
@@ -229,39 +263,112 @@ class DiscordProvider(ChatProvider):
     async def receive(self, sink: InboundSink) -> None:
         """Deliver user messages from the gateway until cancelled; raise ``ConnectionLost`` when
         the gateway drops (the core's watcher builds a new provider) or ``Unreachable`` when it
-        can never work (bad token, privileged intent not enabled)."""
+        can never work (bad token, privileged intent not enabled).
+
+        With ``backfill`` and the core's key-value store, each new session first reads back
+        what the remembered channels got while no session was listening (``Receiver``); a
+        channel's live messages wait for its gap.
+        """
         if not self._settings.inbound:
             return
         client = await self._ready_client()
         own_id = client.user.id if client.user is not None else None
-
-        async def handle(message: discord.Message) -> None:
-            inbound = inbound_from_message(message, profile=self._profile, own_user_id=own_id)
-            # Bots, webhooks and our own posts are never user turns: they stop here.
-            if inbound is not None and not inbound.author_is_bot:
-                await sink(inbound)
-
-        client.message_handler = handle
+        positions = await self._positions()
         failure: ProviderError = ConnectionLost("Discord gateway closed the connection")
+        early: list[ProviderError] = []
+        async with anyio.create_task_group() as tasks:
+
+            def fail(error: ProviderError) -> None:
+                early.append(error)
+                tasks.cancel_scope.cancel()
+
+            receiver = Receiver(
+                sink,
+                profile=self._profile,
+                own_user_id=own_id,
+                positions=positions,
+                fetch=self._history,
+                fail=fail,
+            )
+            client.message_handler = receiver.handle
+            client.session_handler = receiver.on_session
+            try:
+                if positions is not None:
+                    tasks.start_soon(receiver.backfill)
+                    tasks.start_soon(receiver.flush_every)
+                failure = await self._connect(client)
+                tasks.cancel_scope.cancel()
+            finally:
+                client.message_handler = None
+                client.session_handler = None
+                receiver.close()
+                with anyio.CancelScope(shield=True):  # even when cancelled
+                    with anyio.move_on_after(self._settings.call_deadline):
+                        await receiver.flush()
+                    await self._close_gateway()
+        raise early[0] if early else failure
+
+    async def _positions(self) -> Positions | None:
+        if not self._settings.backfill:
+            return None
+        if self._kv is None:
+            if self._profile not in _unstored_profiles:
+                _unstored_profiles.add(self._profile)
+                log.warning(
+                    "discord profile %s: no key-value store was given, so messages sent while "
+                    "the gateway is down are not read back",
+                    self._profile,
+                )
+            return None
+        positions = Positions(self._kv, profile=self._profile)
+        try:
+            await positions.load()
+        except Exception as exc:
+            # Reading the store failed (not a bad value): this run goes without a backfill
+            # and writes nothing, so the stored positions are there for the next one.
+            log.warning(
+                "discord profile %s: reading the backfill positions failed (%r); messages sent "
+                "while the gateway was down are not read back this time",
+                self._profile,
+                exc,
+            )
+            return None
+        return positions
+
+    async def _connect(self, client: BridgeClient) -> ProviderError:
+        """Run the gateway until it ends; the error ``receive`` raises for how it ended."""
         try:
             await client.connect(reconnect=False)
         except discord.ConnectionClosed as exc:
             if exc.code == _GATEWAY_AUTH_FAILED:
-                failure = Unreachable("Discord refused the bot token on the gateway")
-            elif exc.code in _GATEWAY_BAD_INTENTS:
-                failure = Unreachable(_INTENTS_ADVICE)
-            else:
-                failure = ConnectionLost(
-                    f"Discord gateway closed the connection (close code {exc.code})"
-                )
+                return Unreachable("Discord refused the bot token on the gateway")
+            if exc.code in _GATEWAY_BAD_INTENTS:
+                return Unreachable(_INTENTS_ADVICE)
+            return ConnectionLost(f"Discord gateway closed the connection (close code {exc.code})")
         except discord.PrivilegedIntentsRequired:
-            failure = Unreachable(_INTENTS_ADVICE)
+            return Unreachable(_INTENTS_ADVICE)
         except discord.LoginFailure:
-            failure = Unreachable("Discord refused the bot token on the gateway")
+            return Unreachable("Discord refused the bot token on the gateway")
         except Exception as exc:
-            failure = ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}")
-        finally:
-            client.message_handler = None
-            with anyio.CancelScope(shield=True):  # close the session even when cancelled
-                await self._close_gateway()
-        raise failure
+            return ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}")
+        return ConnectionLost("Discord gateway closed the connection")
+
+    async def _history(self, channel_id: int, query: dict[str, int]) -> list[Any]:
+        """One page of ``GET /channels/{id}/messages``. A 429 waits as Discord says and asks
+        again; a failure the next run may not meet (5xx, network, deadline) is
+        ``ConnectionLost``, and the rebuilt provider reads from the same stored position."""
+        where = f"read of channel {channel_id}'s messages"
+        path = f"/channels/{channel_id}/messages?{urlencode(query)}"
+        for _ in range(_HISTORY_RATE_LIMITS):
+            try:
+                answer = await self._call("GET", path, where=where, errors=_history_error)
+            except RateLimited as exc:
+                wait = exc.retry_after
+                await anyio.sleep(_HISTORY_DEFAULT_WAIT if wait is None else wait)
+                continue
+            except TransportError as exc:
+                raise ConnectionLost(f"Discord {where} failed: {exc}") from None
+            if not isinstance(answer, list):
+                raise ConnectionLost(f"Discord answered {where} with no list of messages")
+            return answer
+        raise ConnectionLost(f"Discord rate limited {where} {_HISTORY_RATE_LIMITS} times in a row")

@@ -14,6 +14,7 @@ connections. discord.py stays for the gateway (``bridge_discord.client``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -63,9 +64,17 @@ class DiscordRest:
         return self._session
 
     async def request(
-        self, method: str, path: str, *, where: str, body: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        where: str,
+        body: dict[str, Any] | None = None,
+        errors: Callable[..., ProviderError] = map_error,
     ) -> Any:
-        """Send ``method path`` (``path`` below the base, ``/channels/1/messages``) once."""
+        """Send ``method path`` (``path`` below the base, ``/channels/1/messages``) once.
+        ``errors`` reads a refusal (``map_error``'s keywords); the backfill reads a 404 its own
+        way."""
         headers = {"Authorization": f"Bot {self._token}"}
         data: bytes | None = None
         if body is not None:
@@ -84,7 +93,7 @@ class DiscordRest:
                     if answer is _NOT_JSON:
                         raise TransportError(f"Discord answered {where} with a body not JSON")
                     return answer
-                raise map_error(
+                raise errors(
                     status=response.status,
                     body=answer if answer is not _NOT_JSON else None,
                     headers=response.headers,

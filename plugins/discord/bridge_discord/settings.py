@@ -76,3 +76,9 @@ class DiscordSettings(ProviderSettings):
     gives the bot the text only of messages that mention it and of direct messages. Enable the
     intent for the bot in the developer portal too, or the gateway refuses to connect; set ``false``
     where you cannot."""
+    backfill: bool = True
+    """With ``inbound``, read back what people wrote while the gateway was not connected (a
+    restart, a deploy, a dropped connection): for each channel the bot has heard someone in, the
+    messages after the last one delivered, at most 1,000 per channel, when the next session
+    starts. Needs the core's key-value store (kept beside the ledger); off, a message written
+    while the gateway was down is never seen."""

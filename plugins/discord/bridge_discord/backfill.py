@@ -1,0 +1,253 @@
+"""Reading back what Discord channels got while the gateway was not connected.
+
+Discord replays missed ``MESSAGE_CREATE`` events only to a RESUME; the provider's ``receive``
+ends when its connection does, and the next one IDENTIFYs a new session, which hears only what
+comes after it. So every message written during a deploy or a rebuild after a drop would be no
+one's turn. ``Positions`` keeps, per Discord channel id (a thread is a channel of its own), the
+newest message the core accepted, in the core's key-value store; when a session starts,
+``read_gap`` asks Discord for what came after it (``GET /channels/{id}/messages``).
+
+One value per profile holds every channel (the store has no listing): JSON,
+``{"v": 1, "channels": [[channel, after, parent or null, guild or null], ...]}``, least
+recently active first, at most ``REMEMBERED_CHANNELS`` of them. A thread's parent and the guild
+are kept because a message read over REST names neither, and the core's form of a message in a
+thread is ``channel=<parent>, thread=<thread>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from bridge_core import KeyValueStore, NotFound
+from bridge_discord.inbound import snowflake
+
+__all__ = [
+    "GAP_PAGE",
+    "GAP_PAGES",
+    "NAMESPACE",
+    "REMEMBERED_CHANNELS",
+    "ChannelGone",
+    "Position",
+    "Positions",
+    "read_gap",
+]
+
+log = logging.getLogger("bridge_discord")
+
+NAMESPACE = "bridge_discord.backfill"
+_FORMAT = 1
+
+GAP_PAGE = 100
+"""Messages per ``GET /channels/{id}/messages``: Discord's most."""
+
+GAP_PAGES = 10
+"""Most pages read of one channel's gap when a session starts, as Matrix's ``GAP_PAGES``: a bot
+down for days in a busy channel would otherwise hand the agent thousands of stale turns and hold
+that channel's new messages back while it pages. A longer gap is read from its newest end, so
+what is left out is the oldest, with a warning naming the channel."""
+
+REMEMBERED_CHANNELS = 500
+"""Most channels remembered per profile; past it the least recently active is forgotten (its
+next gap is not read back). Bounds the one value written to the store, about 80 bytes a
+channel."""
+
+
+class ChannelGone(NotFound):
+    """The channel's messages can never be read: it was deleted (404, Unknown Channel) or the
+    request cannot be made for it. Its position is forgotten."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a channel's next gap starts: the newest message id handled, and what a message read
+    over REST does not say (the thread's parent, the guild)."""
+
+    after: int
+    parent: str | None
+    guild: str | None
+
+
+def _encode(channels: OrderedDict[int, Position]) -> bytes:
+    rows = [[str(cid), str(p.after), p.parent, p.guild] for cid, p in channels.items()]
+    return json.dumps({"v": _FORMAT, "channels": rows}, separators=(",", ":")).encode()
+
+
+def _optional_id(value: object) -> tuple[bool, str | None]:
+    """Whether ``value`` is a stored optional id (``None`` or an id as a string), and the id."""
+    if value is None:
+        return True, None
+    number = snowflake(value) if isinstance(value, str) else None
+    return number is not None, str(number) if number is not None else None
+
+
+def _decode(raw: bytes, limit: int) -> OrderedDict[int, Position] | None:
+    """The channels in ``raw``, or ``None`` when it is not a value this module wrote."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("v") != _FORMAT:
+        return None
+    rows = data.get("channels")
+    if not isinstance(rows, list):
+        return None
+    channels: OrderedDict[int, Position] = OrderedDict()
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 4:
+            return None
+        channel, after = snowflake(row[0]), snowflake(row[1])
+        parent_ok, parent = _optional_id(row[2])
+        guild_ok, guild = _optional_id(row[3])
+        if channel is None or after is None or not (parent_ok and guild_ok):
+            return None
+        channels.pop(channel, None)
+        channels[channel] = Position(after, parent, guild)
+    while len(channels) > limit:
+        channels.popitem(last=False)
+    return channels
+
+
+class Positions:
+    """Each channel's ``Position``, held in memory and written to ``kv`` by ``flush``.
+
+    ``advance`` is called only once the core accepted a message (or it was one the core never
+    takes, a bot's), so a stored position never passes a message the core has not got. Writes
+    are coalesced: the provider flushes every few seconds and when ``receive`` ends. A crash in
+    between only moves the position back, and the re-read messages are dropped by the core's
+    dedup (in-process for a rebuild, the conversation log's durable one across restarts).
+    """
+
+    def __init__(self, kv: KeyValueStore, *, profile: str, limit: int = REMEMBERED_CHANNELS):
+        self._kv = kv
+        self._profile = profile
+        self._limit = limit
+        self._channels: OrderedDict[int, Position] = OrderedDict()
+        self._dirty = False
+        self._writing = anyio.Lock()  # an older value must never land after a newer one
+
+    async def load(self) -> None:
+        """Read the stored positions; a value this module cannot read is logged and replaced
+        by an empty one, so inbound starts (without a backfill) rather than failing for ever."""
+        raw = await self._kv.get(NAMESPACE, self._profile)
+        if raw is None:
+            return
+        channels = _decode(raw, self._limit)
+        if channels is None:
+            log.warning(
+                "discord profile %s: the stored backfill positions (%d bytes) are not readable; "
+                "starting without them, so messages sent while the gateway was down are not "
+                "read back this time",
+                self._profile,
+                len(raw),
+            )
+            self._dirty = True  # the next flush replaces the bad value
+            return
+        self._channels = channels
+
+    def channels(self) -> list[tuple[int, Position]]:
+        """The remembered channels, most recently active first (their gaps are read first)."""
+        return list(reversed(self._channels.items()))
+
+    def get(self, channel_id: int) -> Position | None:
+        return self._channels.get(channel_id)
+
+    def advance(
+        self,
+        channel_id: int,
+        message_id: int,
+        *,
+        parent: str | None = None,
+        guild: str | None = None,
+        remember: bool,
+    ) -> None:
+        """``message_id`` in ``channel_id`` was handled. ``remember``: a person's message, which
+        makes a channel worth reading back; others only move a channel already remembered."""
+        known = self._channels.get(channel_id)
+        if known is None and not remember:
+            return
+        if known is not None and message_id <= known.after:
+            return
+        if known is not None:
+            parent = parent if parent is not None else known.parent
+            guild = guild if guild is not None else known.guild
+            del self._channels[channel_id]
+        self._channels[channel_id] = Position(message_id, parent, guild)
+        while len(self._channels) > self._limit:
+            self._channels.popitem(last=False)
+        self._dirty = True
+
+    def forget(self, channel_id: int) -> None:
+        if self._channels.pop(channel_id, None) is not None:
+            self._dirty = True
+
+    async def flush(self) -> None:
+        """Write the positions if they changed since the last write."""
+        async with self._writing:
+            if not self._dirty:
+                return
+            self._dirty = False
+            try:
+                await self._kv.put(NAMESPACE, self._profile, _encode(self._channels))
+            except BaseException:
+                self._dirty = True
+                raise
+
+
+Fetch = Callable[[dict[str, int]], Awaitable[list[Any]]]
+
+
+def _by_id(page: list[Any]) -> list[tuple[int, dict[str, Any]]]:
+    """The page's messages with their ids, oldest first, whatever order Discord sent them in
+    (newest first, as observed; the documentation does not say)."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for item in page:
+        message_id = snowflake(item.get("id")) if isinstance(item, dict) else None
+        if message_id is not None:
+            found.append((message_id, item))
+    found.sort(key=lambda pair: pair[0])
+    return found
+
+
+async def read_gap(
+    fetch: Fetch, *, after: int, profile: str, channel_id: int
+) -> list[tuple[int, dict[str, Any]]]:
+    """The messages of a channel after ``after``, oldest first, with their ids; ``fetch`` sends
+    one ``GET /channels/{id}/messages`` with the given query and returns its list.
+
+    The usual gap is a few messages: one request with ``after``. A full page means the gap may be
+    longer than ``GAP_PAGES`` pages, so it is read again from the newest message back with
+    ``before`` until it reaches ``after``; when the cap comes first, one more message is asked
+    for to tell whether anything was left unread, and only then is there a warning.
+    """
+    page = await fetch({"after": after, "limit": GAP_PAGE})
+    if len(page) < GAP_PAGE:
+        return [(mid, m) for mid, m in _by_id(page) if mid > after]
+    newest_first: list[tuple[int, dict[str, Any]]] = []
+    before: int | None = None
+    for _ in range(GAP_PAGES):
+        query = {"limit": GAP_PAGE} if before is None else {"before": before, "limit": GAP_PAGE}
+        page = await fetch(query)
+        ordered = _by_id(page)
+        fresh = [(mid, m) for mid, m in ordered if mid > after]
+        newest_first.extend(reversed(fresh))
+        if len(fresh) < len(page) or len(page) < GAP_PAGE or not ordered:
+            return newest_first[::-1]
+        before = ordered[0][0]
+    assert before is not None
+    past = _by_id(await fetch({"before": before, "limit": 1}))
+    if past and past[0][0] > after:
+        log.warning(
+            "discord profile %s: channel %s had more than %d messages while the gateway was "
+            "down; the older ones are not delivered",
+            profile,
+            channel_id,
+            len(newest_first),
+        )
+    return newest_first[::-1]
