@@ -12,7 +12,6 @@ provider hands none of them to the core, so they are never user turns.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import discord
 

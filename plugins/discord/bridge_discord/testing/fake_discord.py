@@ -13,7 +13,8 @@ Point discord.py at it with the provider's ``api_base_url=fake.api_base`` and
 but lose their answer with ``fake.lose_responses(n)`` (a resend with the same nonce then finds it).
 
 Routes (names for ``script`` and ``requests_to``): ``create_message``, ``edit_message``,
-``get_channel``, ``get_me``, ``get_application``, ``gateway``.
+``get_channel``, ``list_messages`` (``bridge_discord.testing.fake_history``), ``get_me``,
+``get_application``, ``gateway``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from bridge_core.testing import FakePlatform, RecordedRequest, Reply
+from bridge_discord.testing.fake_history import list_messages
 
 __all__ = ["DISCORD_EPOCH_MS", "FakeDiscord", "FakeDiscordChannel"]
 
@@ -52,6 +55,7 @@ class FakeDiscordChannel:
     visible: bool = True  # False: the bot cannot see it (50001)
     can_send: bool = True  # False: the bot may not send in it (50013)
     archived: bool = False  # threads only (50083)
+    read_history: bool = True  # False: no Read Message History, its history reads as empty
     message_ids: list[int] = field(default_factory=list)
 
     @property
@@ -121,6 +125,7 @@ class FakeDiscord(FakePlatform):
         self.identify_payloads: list[dict[str, Any]] = []
         self.resume_payloads: list[dict[str, Any]] = []
         self.gateway_available = True  # False: the gateway answers 503 and accepts no socket
+        self.history_hold: threading.Event | None = None  # set: list_messages answers
         self.add_route("GET", f"{_API}/users/@me", self._get_me, name="get_me")
         self.add_route(
             "GET", f"{_API}/oauth2/applications/@me", self._get_application, name="get_application"
@@ -136,6 +141,12 @@ class FakeDiscord(FakePlatform):
         )
         self.add_route(
             "GET", f"{_API}/channels/{{channel_id}}", self._get_channel, name="get_channel"
+        )
+        self.add_route(
+            "GET",
+            f"{_API}/channels/{{channel_id}}/messages",
+            partial(list_messages, self),
+            name="list_messages",
         )
         self.add_raw_route("GET", "/gateway", self._gateway, name="gateway")
 
@@ -482,7 +493,10 @@ class FakeDiscord(FakePlatform):
             return
         text = json.dumps(payload)
         for socket in list(self._sockets):
-            asyncio.run_coroutine_threadsafe(socket.send_str(text), loop).result(timeout=5.0)
+            try:
+                asyncio.run_coroutine_threadsafe(socket.send_str(text), loop).result(timeout=5.0)
+            except ConnectionResetError:
+                pass  # a connection on its way out misses the event, as at Discord
 
     def _guild_json(self) -> dict[str, Any]:
         with self.lock:

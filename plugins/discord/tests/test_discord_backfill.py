@@ -1,0 +1,288 @@
+"""Messages written while the gateway was down are read back by the next session, through two
+``receive`` runs sharing one key-value store, against FakeDiscord's REST history and gateway."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from bridge_discord import DiscordProvider, DiscordSettings
+from bridge_discord.backfill import NAMESPACE
+from bridge_discord.testing.fake_discord import FakeDiscord
+
+from bridge_core import ConnectionLost, InboundMessage
+from bridge_core.ledger.kv import MemoryKeyValueStore
+
+pytestmark = pytest.mark.anyio
+
+USER = 700_000_000_000_000_042
+OTHER = 333_333_333_333_333_333  # a channel the first run never heard from
+PROFILE = "team"
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.messages: list[InboundMessage] = []
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: InboundMessage) -> None:
+        self.messages.append(message)
+        self._changed.set()
+
+    async def until(self, predicate: Callable[[list[InboundMessage]], bool]) -> None:
+        with anyio.fail_after(10):
+            while not predicate(self.messages):
+                self._changed = anyio.Event()
+                await self._changed.wait()
+
+    async def texts(self, count: int) -> list[str]:
+        await self.until(lambda messages: len(messages) >= count)
+        return [m.text for m in self.messages]
+
+
+@asynccontextmanager
+async def running(
+    fake: FakeDiscord, settings: DiscordSettings, kv: MemoryKeyValueStore | None, sink: Sink
+) -> AsyncIterator[DiscordProvider]:
+    """One ``receive`` run, identified, until the block ends (the provider is then gone, as
+    after a deploy or a dropped connection)."""
+    provider = DiscordProvider(settings, profile=PROFILE, kv=kv)
+    identified = fake.identified_connections
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, sink)
+            await anyio.to_thread.run_sync(lambda: fake.wait_identified(count=identified + 1))
+            yield provider
+            tasks.cancel_scope.cancel()
+    finally:
+        await provider.aclose()
+
+
+@pytest.fixture
+def settings(fake: FakeDiscord, make_settings: Callable[..., DiscordSettings]) -> DiscordSettings:
+    return make_settings(fake, inbound=True)
+
+
+async def first_run(
+    fake: FakeDiscord, settings: DiscordSettings, kv: MemoryKeyValueStore, *channels: int
+) -> None:
+    """A run that hears one person's message in each of ``channels``, so they are remembered."""
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        for number, channel in enumerate(channels):
+            fake.emit_message(channel, f"seen live {number}", author_id=USER)
+        await sink.texts(len(channels))
+
+
+def history_after(fake: FakeDiscord) -> dict[str, str]:
+    """The channel and ``after`` of each history read with ``after``, as the fake got them."""
+    return {
+        r.path.split("/")[-2]: r.query["after"]
+        for r in fake.requests_to("list_messages")
+        if "after" in r.query
+    }
+
+
+async def test_a_message_sent_while_down_is_delivered_once_before_the_channels_live_ones(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int, thread: int
+) -> None:
+    kv = MemoryKeyValueStore()
+    fake.add_channel(OTHER)
+    await first_run(fake, settings, kv, channel, thread)
+    missed = fake.emit_message(channel, "while down", author_id=USER)
+    in_thread = fake.emit_message(thread, "while down, in the thread", author_id=USER)
+    fake.emit_message(channel, "a bot while down", author_id=USER + 1, bot=True)
+
+    sink = Sink()
+    fake.history_hold = threading.Event()
+    try:
+        async with running(fake, settings, kv, sink):
+            await fake.wait_for_async(1, "list_messages")  # the gap's read has begun
+            live = fake.emit_message(channel, "live after the restart", author_id=USER)
+            # Frames arrive in order: once OTHER's message is in, the one before it is waiting.
+            fake.emit_message(OTHER, "elsewhere", author_id=USER)
+            await sink.until(lambda messages: len(messages) >= 1)
+            assert [m.text for m in sink.messages] == ["elsewhere"]  # the channel's live one waits
+            fake.history_hold.set()
+            await sink.texts(4)
+    finally:
+        fake.history_hold.set()
+
+    by_id = [m.message_id for m in sink.messages]
+    assert by_id.count(str(missed)) == 1 and by_id.count(str(in_thread)) == 1
+    in_channel = [m.message_id for m in sink.messages if m.channel == str(channel) and not m.thread]
+    assert in_channel == [str(missed), str(live)]  # the gap first
+    threaded = next(m for m in sink.messages if m.message_id == str(in_thread))
+    assert (threaded.channel, threaded.thread) == (str(channel), str(thread))
+    assert len(sink.messages) == 4  # "elsewhere", the two missed, the live one; not the bot's
+    assert set(history_after(fake)) == {str(channel), str(thread)}
+
+
+async def test_messages_already_delivered_are_not_read_back_again(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    kv = MemoryKeyValueStore()
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        fake.emit_message(channel, "one", author_id=USER)
+        newest = fake.emit_message(channel, "two", author_id=USER)
+        await sink.texts(2)
+    expected_after = [str(newest)]
+    # Two more runs with nothing missed: each asks once, from the newest delivered, gets none.
+    for number in range(2):
+        again = Sink()
+        async with running(fake, settings, kv, again):
+            await fake.wait_for_async(number + 1, "list_messages")
+            newest = fake.emit_message(channel, f"live {number}", author_id=USER)
+            assert await again.texts(1) == [f"live {number}"]
+        expected_after.append(str(newest))
+    asked = [r.query.get("after") for r in fake.requests_to("list_messages")]
+    assert asked == expected_after[:2]
+
+
+async def test_a_gone_or_forbidden_channel_is_skipped_and_the_others_are_read_back(
+    fake: FakeDiscord,
+    settings: DiscordSettings,
+    channel: int,
+    thread: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kv = MemoryKeyValueStore()
+    gone, hidden = 444_444_444_444_444_444, 555_555_555_555_555_555
+    fake.add_channel(gone)
+    fake.add_channel(hidden)
+    await first_run(fake, settings, kv, gone, hidden, channel)
+    for where in (gone, hidden, channel):
+        fake.emit_message(where, f"missed in {where}", author_id=USER)
+    with fake.lock:
+        del fake.channels[gone]  # 404, Unknown Channel (10003)
+        fake.channels[hidden].visible = False  # 403, Missing Access (50001)
+
+    sink = Sink()
+    with caplog.at_level(logging.WARNING, logger="bridge_discord"):
+        async with running(fake, settings, kv, sink):
+            assert await sink.texts(1) == [f"missed in {channel}"]
+            await fake.wait_for_async(3, "list_messages")
+    assert f"channel {gone} is gone" in caplog.text
+    assert f"channel {hidden} cannot be read back" in caplog.text
+    # The deleted channel is forgotten; the forbidden one is kept for when access comes back.
+    async with running(fake, settings, kv, Sink()):
+        await fake.wait_for_async(5, "list_messages")
+    second_time = [r.path.split("/")[-2] for r in fake.requests_to("list_messages")[3:]]
+    assert sorted(second_time) == sorted([str(hidden), str(channel)])
+
+
+@pytest.mark.parametrize("missed", [999, 1000, 1001])
+async def test_a_gap_past_the_cap_warns_only_when_messages_were_left_unread(
+    fake: FakeDiscord,
+    settings: DiscordSettings,
+    channel: int,
+    caplog: pytest.LogCaptureFixture,
+    missed: int,
+) -> None:
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    written = [fake.emit_message(channel, f"m{n}", author_id=USER) for n in range(missed)]
+
+    sink = Sink()
+    with caplog.at_level(logging.WARNING, logger="bridge_discord"):
+        async with running(fake, settings, kv, sink):
+            await sink.texts(min(missed, 1000))
+            fake.emit_message(channel, "live", author_id=USER)  # after the gap, so it is read
+            await sink.texts(min(missed, 1000) + 1)
+    delivered = [int(m.message_id) for m in sink.messages[:-1]]
+    assert delivered == written[-1000:]  # the newest, oldest first; past the cap the oldest go
+    warned = [r for r in caplog.records if "more than" in r.getMessage()]
+    assert len(warned) == (1 if missed > 1000 else 0)
+    if warned:
+        assert str(channel) in warned[0].getMessage()
+    # One page with `after`, then at most ten from the newest back and one message more.
+    assert fake.count("list_messages") <= 12
+
+
+async def test_a_rate_limited_read_waits_as_told_and_asks_again(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    missed = fake.emit_message(channel, "while down", author_id=USER)
+    fake.script("list_messages", FakeDiscord.rate_limited(0.2))
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        assert await sink.texts(1) == ["while down"]
+    first, second = fake.requests_to("list_messages")
+    assert second.at - first.at >= 0.2  # waited as Discord said, measured at the platform
+    assert sink.messages[0].message_id == str(missed)
+
+
+async def test_a_server_error_ends_the_run_and_the_next_reads_from_the_same_place(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    fake.emit_message(channel, "while down", author_id=USER)
+    fake.script("list_messages", FakeDiscord.error(502, 0, "Bad Gateway"))
+    provider = DiscordProvider(settings, profile=PROFILE, kv=kv)
+    with anyio.fail_after(10), pytest.raises(ConnectionLost, match=r"Bad Gateway|server error"):
+        await provider.receive(Sink())
+    await provider.aclose()
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        assert await sink.texts(1) == ["while down"]
+    first, second = fake.requests_to("list_messages")
+    assert first.query["after"] == second.query["after"]
+
+
+async def test_a_corrupt_stored_value_does_not_stop_inbound_and_is_replaced(
+    fake: FakeDiscord,
+    settings: DiscordSettings,
+    channel: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kv = MemoryKeyValueStore()
+    await kv.put(NAMESPACE, PROFILE, b'{"v": 1, "channels": [["not a snowflake", "1", null]]}')
+    sink = Sink()
+    with caplog.at_level(logging.WARNING, logger="bridge_discord"):
+        async with running(fake, settings, kv, sink):
+            live = fake.emit_message(channel, "still heard", author_id=USER)
+            assert await sink.texts(1) == ["still heard"]
+    assert "not readable" in caplog.text
+    stored = json.loads(await kv.get(NAMESPACE, PROFILE) or b"")
+    assert stored == {"v": 1, "channels": [[str(channel), str(live), None, str(fake.guild_id)]]}
+
+
+async def test_without_a_store_there_is_no_backfill_and_it_is_said_once(
+    fake: FakeDiscord,
+    settings: DiscordSettings,
+    channel: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="bridge_discord"):
+        for number in range(2):
+            sink = Sink()
+            async with running(fake, settings, None, sink):
+                fake.emit_message(channel, f"live {number}", author_id=USER)
+                assert await sink.texts(1) == [f"live {number}"]
+    assert fake.count("list_messages") == 0
+    said = [r for r in caplog.records if "no key-value store" in r.getMessage()]
+    assert len(said) == 1
+
+
+async def test_backfill_off_reads_nothing_back(
+    fake: FakeDiscord, make_settings: Callable[..., DiscordSettings], channel: int
+) -> None:
+    settings = make_settings(fake, inbound=True, backfill=False)
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    fake.emit_message(channel, "while down", author_id=USER)
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        fake.emit_message(channel, "live", author_id=USER)
+        assert await sink.texts(1) == ["live"]
+    assert fake.count("list_messages") == 0
+    assert await kv.get(NAMESPACE, PROFILE) is None
