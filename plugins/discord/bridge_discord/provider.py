@@ -69,7 +69,6 @@ _NO_MENTIONS: dict[str, Any] = {"parse": []}
 
 _HISTORY_RATE_LIMITS = 5  # 429s in a row on one page before the run ends as ConnectionLost
 _HISTORY_DEFAULT_WAIT = 5.0  # seconds, when a 429 says no usable retry-after
-_unstored_profiles: set[str] = set()  # profiles already told they have no backfill
 
 
 def _history_error(*, status: int, body: Any, headers: Any, where: str) -> ProviderError:
@@ -312,13 +311,13 @@ class DiscordProvider(ChatProvider):
         if not self._settings.backfill:
             return None
         if self._kv is None:
-            if self._profile not in _unstored_profiles:
-                _unstored_profiles.add(self._profile)
-                log.warning(
-                    "discord profile %s: no key-value store was given, so messages sent while "
-                    "the gateway is down are not read back",
-                    self._profile,
-                )
+            # The gateway always lends a store; only a provider built by hand has none. Said
+            # per instance: a process-wide "said once" would be state kept at import.
+            log.warning(
+                "discord profile %s: no key-value store was given, so messages sent while "
+                "the gateway is down are not read back",
+                self._profile,
+            )
             return None
         positions = Positions(self._kv, profile=self._profile)
         try:

@@ -3,7 +3,7 @@ remembered channel's gap read back (``bridge_discord.backfill``), in order per c
 
 The core appends a channel's turns in the order the sink is called, and discord.py runs each
 ``MESSAGE_CREATE`` handler as a task of its own. So each Discord channel has a lane: its live
-messages take the lane's lock in the order discord.py read them (anyio's lock is first come,
+messages take the lane's lock in the order discord.py read them (asyncio's lock is first come,
 first served) and reach the sink one at a time. When a session starts, every remembered channel's
 lane is shut (``gate``) until its gap has been handed over, so a channel's missed messages always
 reach the core before its new ones, while channels with no gap, or whose gap is read, go on.
