@@ -84,7 +84,7 @@ class Receiver:
         self._fetch = fetch
         self._fail = fail
         self._lanes: dict[int, _Lane] = {}
-        self._sessions = 0
+        self._pending: dict[int, asyncio.Event] | None = None  # the newest session's gaps
         self._session_started = anyio.Event()
         self._closed = False
 
@@ -150,30 +150,32 @@ class Receiver:
         Runs inside discord.py's frame handling, before the session's first message."""
         if self._positions is None or self._closed:
             return
+        pending: dict[int, asyncio.Event] = {}
         for channel_id, _ in self._positions.channels():
-            self._lane(channel_id).gate = asyncio.Event()
-        self._sessions += 1
+            gate = pending[channel_id] = asyncio.Event()
+            self._lane(channel_id).gate = gate
+        # Exactly these channels are read for this session, each opening its own gate, even
+        # if it is forgotten before its turn; one first heard from later has no gap (its live
+        # messages all reach this session) and must not be read over them.
+        self._pending = pending
         self._session_started.set()
 
     async def backfill(self) -> None:
-        """Read each remembered channel's gap once per session, until cancelled."""
-        handled = 0
+        """Read the gaps of the channels shut at each session's start, until cancelled."""
         while True:
-            if self._sessions == handled:
+            if self._pending is None:
                 self._session_started = anyio.Event()
                 await self._session_started.wait()
                 continue
-            handled = self._sessions
-            gates = {cid: lane.gate for cid, lane in self._lanes.items()}
-            channels = [cid for cid, _ in self._positions.channels()] if self._positions else []
+            pending, self._pending = self._pending, None
             limiter = anyio.CapacityLimiter(BACKFILL_CONCURRENCY)
             async with anyio.create_task_group() as tasks:
-                for channel_id in channels:
-                    tasks.start_soon(self._catch_up, channel_id, gates.get(channel_id), limiter)
+                for channel_id, gate in pending.items():
+                    tasks.start_soon(self._catch_up, channel_id, gate, limiter)
             await self.flush()
 
     async def _catch_up(
-        self, channel_id: int, gate: asyncio.Event | None, limiter: anyio.CapacityLimiter
+        self, channel_id: int, gate: asyncio.Event, limiter: anyio.CapacityLimiter
     ) -> None:
         async with limiter:
             try:
@@ -190,8 +192,7 @@ class Receiver:
                 )
                 self._fail(ConnectionLost(f"reading back a Discord channel failed: {exc!r}"))
                 return
-        if gate is not None:
-            gate.set()
+        gate.set()
 
     async def _read_back(self, channel_id: int) -> None:
         assert self._positions is not None

@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
-from bridge_discord.backfill import NAMESPACE
+from bridge_discord.backfill import NAMESPACE, Positions
+from bridge_discord.client import BridgeClient
 from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ConnectionLost, InboundMessage
@@ -30,9 +31,19 @@ class Sink:
         self.messages: list[InboundMessage] = []
         self._changed = anyio.Event()
 
+        self._holds: dict[str, anyio.Event] = {}
+
+    def hold(self, text: str) -> anyio.Event:
+        """Keep the message with ``text`` in the sink (after it is counted) until the event."""
+        event = self._holds[text] = anyio.Event()
+        return event
+
     async def __call__(self, message: InboundMessage) -> None:
         self.messages.append(message)
         self._changed.set()
+        held = self._holds.get(message.text)
+        if held is not None:
+            await held.wait()
 
     async def until(self, predicate: Callable[[list[InboundMessage]], bool]) -> None:
         with anyio.fail_after(10):
@@ -286,3 +297,87 @@ async def test_backfill_off_reads_nothing_back(
         assert await sink.texts(1) == ["live"]
     assert fake.count("list_messages") == 0
     assert await kv.get(NAMESPACE, PROFILE) is None
+
+
+@pytest.fixture
+def quick_reidentify(monkeypatch: pytest.MonkeyPatch) -> None:
+    """discord.py waits 5 s before IDENTIFYing again after INVALID_SESSION; not in these tests."""
+
+    async def at_once(self: BridgeClient, shard_id: int | None, *, initial: bool = False) -> None:
+        return None
+
+    monkeypatch.setattr(BridgeClient, "before_identify_hook", at_once)
+
+
+async def new_session(fake: FakeDiscord) -> None:
+    """INVALID_SESSION on the running connection, and wait for the READY that follows."""
+    identified = fake.identified_connections
+    fake.invalidate_sessions()
+    await anyio.to_thread.run_sync(lambda: fake.wait_identified(count=identified + 1))
+
+
+@pytest.mark.usefixtures("quick_reidentify")
+async def test_a_channel_first_heard_after_a_new_ready_is_not_read_back_over_its_live_messages(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    # A second READY (INVALID_SESSION) while the first session's gaps are still being read: a
+    # channel first heard from after that READY has no gap, only live messages. Reading it
+    # "back" from the newest one the core accepted hands the one still in the sink over again.
+    kv = MemoryKeyValueStore()
+    fake.add_channel(OTHER)
+    await first_run(fake, settings, kv, channel)
+    sink = Sink()
+    in_sink = sink.hold("second")
+    fake.history_hold = threading.Event()
+    try:
+        async with running(fake, settings, kv, sink):
+            await fake.wait_for_async(1, "list_messages")  # the first session's read is held
+            await new_session(fake)
+            first = fake.emit_message(OTHER, "first in a new channel", author_id=USER)
+            second = fake.emit_message(OTHER, "second", author_id=USER)
+            await sink.until(lambda messages: len(messages) >= 2)  # "second" is in the sink
+            fake.history_hold.set()
+            await fake.wait_for_async(2, "list_messages")  # the second session's reads
+            await anyio.sleep(0.3)  # whatever else they would read
+            in_sink.set()
+            third = fake.emit_message(OTHER, "third", author_id=USER)
+            await sink.until(lambda messages: str(third) in [m.message_id for m in messages])
+    finally:
+        fake.history_hold.set()
+        in_sink.set()
+    in_other = [m.message_id for m in sink.messages if m.channel == str(OTHER)]
+    assert in_other == [str(first), str(second), str(third)]
+    assert set(history_after(fake)) == {str(channel)}
+
+
+@pytest.mark.usefixtures("quick_reidentify")
+async def test_a_channel_forgotten_before_the_next_sessions_read_does_not_hold_its_messages(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Shut at a second READY, then pushed out of the remembered channels by a newer one before
+    # that session's reads began: its live messages must not wait for a read that never comes.
+    monkeypatch.setitem(Positions.__init__.__kwdefaults__, "limit", 2)
+    kv = MemoryKeyValueStore()
+    newer, newest = 444_444_444_444_444_444, 555_555_555_555_555_555
+    fake.add_channel(newer)
+    fake.add_channel(newest)
+    await first_run(fake, settings, kv, channel, newer)  # `channel` is the least recent
+    sink = Sink()
+    fake.history_hold = threading.Event()
+    try:
+        async with running(fake, settings, kv, sink):
+            await fake.wait_for_async(2, "list_messages")
+            await new_session(fake)
+            fake.emit_message(newest, "pushes the oldest out", author_id=USER)
+            await sink.texts(1)
+            fake.history_hold.set()
+            # The first session's two reads are over once the second session's have begun.
+            await fake.wait_for_async(3, "list_messages")
+            fake.emit_message(channel, "live in the forgotten channel", author_id=USER)
+            await sink.until(lambda messages: len(messages) >= 2)
+    finally:
+        fake.history_hold.set()
+    assert [m.text for m in sink.messages] == [
+        "pushes the oldest out",
+        "live in the forgotten channel",
+    ]

@@ -471,6 +471,11 @@ class FakeDiscord(FakePlatform):
         for socket in list(self._sockets):
             asyncio.run_coroutine_threadsafe(socket.close(code=code), loop).result(timeout=5.0)
 
+    def invalidate_sessions(self) -> None:
+        """Send INVALID_SESSION (``d: false``, not resumable) on every gateway connection, as
+        Discord does when it drops a session: the client IDENTIFYs again and gets a new READY."""
+        self._send_all({"op": 9, "d": False})
+
     @property
     def identified_connections(self) -> int:
         """Gateway connections that identified and got READY so far."""
