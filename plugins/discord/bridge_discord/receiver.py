@@ -23,7 +23,7 @@ import anyio
 import discord
 
 from bridge_core import ConnectionLost, Forbidden, InboundSink, ProviderError
-from bridge_discord.backfill import GAP_PAGE, ChannelGone, Positions, read_gap
+from bridge_discord.backfill import ChannelGone, Positions, read_gap
 from bridge_discord.inbound import inbound_from_json, inbound_from_message
 
 __all__ = ["BACKFILL_CONCURRENCY", "FLUSH_INTERVAL", "Receiver"]
@@ -47,19 +47,19 @@ class _Lane:
     # asyncio's lock, not anyio's: its fairness (first to wait, first to get it) is documented,
     # and its free path takes the lock without yielding, so a handler that starts first always
     # queues first. discord.py runs on asyncio only.
-    __slots__ = ("fetched", "gate", "lock", "stuck", "users")
+    __slots__ = ("gate", "lock", "read_through", "stuck", "users")
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.gate: asyncio.Event | None = None  # set, or None: open
-        self.fetched: frozenset[int] = frozenset()  # newest ids the gap delivered
+        self.read_through = 0  # the newest id a gap read back: live ones up to it were in it
         self.stuck = False  # the sink failed a message: the position stays before it
         self.users = 0  # handlers holding or waiting for the lock
 
     @property
     def idle(self) -> bool:
         shut = self.gate is not None and not self.gate.is_set()
-        return not (shut or self.fetched or self.stuck or self.users)
+        return not (shut or self.read_through or self.stuck or self.users)
 
 
 class Receiver:
@@ -112,8 +112,8 @@ class Receiver:
         # A new session may shut the lane again while this waits: wait for the newest gate.
         while (gate := lane.gate) is not None and not gate.is_set():
             await gate.wait()
-        if self._closed or message.id in lane.fetched:
-            return
+        if self._closed or message.id <= lane.read_through:
+            return  # the gap had it (or, past its cap, left it out as older than its newest)
         inbound = inbound_from_message(message, profile=self._profile, own_user_id=self._own)
         # Bots, webhooks and our own posts are never user turns: they stop here.
         if inbound is None or inbound.author_is_bot:
@@ -239,8 +239,10 @@ class Receiver:
                 await self._sink(inbound)
                 delivered += 1
             self._positions.advance(channel_id, message_id, remember=False)
-        # The newest of the gap may also come live, if it was written after READY.
-        lane.fetched = frozenset(message_id for message_id, _ in gap[-GAP_PAGE:])
+        # What was written after READY is in the gap and comes live too: every live message up
+        # to the gap's newest was either in it or, past the cap, older than all it delivered.
+        if gap:
+            lane.read_through = max(lane.read_through, gap[-1][0])
         if delivered:
             log.info(
                 "discord profile %s: delivered %d messages written in channel %s while the "

@@ -381,3 +381,26 @@ async def test_a_channel_forgotten_before_the_next_sessions_read_does_not_hold_i
         "pushes the oldest out",
         "live in the forgotten channel",
     ]
+
+
+async def test_a_gap_of_more_than_a_page_written_after_ready_is_not_delivered_twice(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    # Messages written after READY but before the gap's read are in the gap and come live too;
+    # every one of them is the gap's, not only the newest page of it.
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    missed = fake.emit_message(channel, "while down", author_id=USER)
+    sink = Sink()
+    fake.history_hold = threading.Event()
+    try:
+        async with running(fake, settings, kv, sink):
+            await fake.wait_for_async(1, "list_messages")
+            live = [fake.emit_message(channel, f"live {n}", author_id=USER) for n in range(150)]
+            fake.history_hold.set()
+            await sink.texts(151)
+            after = fake.emit_message(channel, "after the gap", author_id=USER)
+            await sink.until(lambda messages: messages[-1].message_id == str(after))
+    finally:
+        fake.history_hold.set()
+    assert [m.message_id for m in sink.messages] == [str(i) for i in (missed, *live, after)]
