@@ -17,7 +17,7 @@ import hashlib
 import logging
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -40,6 +40,7 @@ from bridge_core import (
     mapped_call,
     measure,
     neutralise_mass_mentions,
+    parse_retry_after,
     post_key,
 )
 from bridge_discord.backfill import ChannelGone, Positions
@@ -107,6 +108,8 @@ class DiscordProvider(ChatProvider):
         self._base_url = (api_base_url or settings.api_base_url).rstrip("/")
         self._client: BridgeClient | None = None
         self._lock = anyio.Lock()
+        # channel id -> when (anyio's clock) its history bucket refills, once a read drained it
+        self._history_refill: dict[int, float] = {}
         self._rest = DiscordRest(
             base_url=self._base_url,
             token=settings.token.get_secret_value(),
@@ -178,11 +181,14 @@ class DiscordProvider(ChatProvider):
         where: str,
         body: dict[str, Any] | None = None,
         errors: Callable[..., ProviderError] = map_error,
+        headers_to: Callable[[Mapping[str, str]], None] | None = None,
     ) -> Any:
         deadline = self._settings.call_deadline
         try:
             with anyio.fail_after(deadline):
-                return await self._rest.request(method, path, where=where, body=body, errors=errors)
+                return await self._rest.request(
+                    method, path, where=where, body=body, errors=errors, headers_to=headers_to
+                )
         except TimeoutError:
             pass
         raise TransportError(f"Discord did not complete {where} within the {deadline:g} s deadline")
@@ -353,14 +359,29 @@ class DiscordProvider(ChatProvider):
         return ConnectionLost("Discord gateway closed the connection")
 
     async def _history(self, channel_id: int, query: dict[str, int]) -> list[Any]:
-        """One page of ``GET /channels/{id}/messages``. A 429 waits as Discord says and asks
-        again; a failure the next run may not meet (5xx, network, deadline) is
-        ``ConnectionLost``, and the rebuilt provider reads from the same stored position."""
+        """One page of ``GET /channels/{id}/messages``. A read that left the channel's bucket
+        empty (``X-RateLimit-Remaining: 0``) makes the next one wait out ``Reset-After``, as
+        Discord asks; a 429 waits as Discord says and asks again; a failure the next run may not
+        meet (5xx, network, deadline) is ``ConnectionLost``, and the rebuilt provider reads from
+        the same stored position."""
         where = f"read of channel {channel_id}'s messages"
         path = f"/channels/{channel_id}/messages?{urlencode(query)}"
+
+        def note(headers: Mapping[str, str]) -> None:
+            if headers.get("x-ratelimit-remaining", "").strip() != "0":
+                return
+            reset_after = parse_retry_after(headers.get("x-ratelimit-reset-after"))
+            if reset_after is not None:
+                self._history_refill[channel_id] = anyio.current_time() + reset_after
+
         for _ in range(_HISTORY_RATE_LIMITS):
+            refill = self._history_refill.pop(channel_id, None)
+            if refill is not None:
+                await anyio.sleep(max(refill - anyio.current_time(), 0.0))
             try:
-                answer = await self._call("GET", path, where=where, errors=_history_error)
+                answer = await self._call(
+                    "GET", path, where=where, errors=_history_error, headers_to=note
+                )
             except RateLimited as exc:
                 wait = exc.retry_after
                 await anyio.sleep(_HISTORY_DEFAULT_WAIT if wait is None else wait)

@@ -14,7 +14,7 @@ connections. discord.py stays for the gateway (``bridge_discord.client``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -71,10 +71,12 @@ class DiscordRest:
         where: str,
         body: dict[str, Any] | None = None,
         errors: Callable[..., ProviderError] = map_error,
+        headers_to: Callable[[Mapping[str, str]], None] | None = None,
     ) -> Any:
         """Send ``method path`` (``path`` below the base, ``/channels/1/messages``) once.
         ``errors`` reads a refusal (``map_error``'s keywords); the backfill reads a 404 its own
-        way."""
+        way, and has the answer's headers (``headers_to``, names in lower case) for its rate
+        limit."""
         headers = {"Authorization": f"Bot {self._token}"}
         data: bytes | None = None
         if body is not None:
@@ -86,6 +88,8 @@ class DiscordRest:
                 method, self._base_url + path, data=data, headers=headers, allow_redirects=False
             ) as response:
                 raw = await response.read()
+                if headers_to is not None:
+                    headers_to({k.lower(): v for k, v in response.headers.items()})
                 answer = _decode(raw)
                 if 200 <= response.status < 300:
                     if response.status == 204:

@@ -404,3 +404,20 @@ async def test_a_gap_of_more_than_a_page_written_after_ready_is_not_delivered_tw
     finally:
         fake.history_hold.set()
     assert [m.message_id for m in sink.messages] == [str(i) for i in (missed, *live, after)]
+
+
+async def test_reads_keep_to_the_channels_rate_limit_headers_one_request_a_page(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    # Discord says to read X-RateLimit-Remaining / Reset-After and not hit the limit: a read
+    # that drains a channel's bucket waits for its reset before that channel's next page.
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    written = [fake.emit_message(channel, f"m{n}", author_id=USER) for n in range(1001)]
+    fake.history_limit, fake.history_window = 4, 0.25
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        await sink.texts(1000)
+    assert [int(m.message_id) for m in sink.messages] == written[-1000:]
+    assert fake.rate_limited_history == 0
+    assert fake.count("list_messages") == 12  # `after`, ten pages back, one more message

@@ -126,6 +126,10 @@ class FakeDiscord(FakePlatform):
         self.resume_payloads: list[dict[str, Any]] = []
         self.gateway_available = True  # False: the gateway answers 503 and accepts no socket
         self.history_hold: threading.Event | None = None  # set: list_messages answers
+        self.history_limit: int | None = None  # reads per channel per history_window
+        self.history_window = 1.0
+        self.rate_limited_history = 0  # 429s the history pacing answered
+        self._history_reads: dict[str, deque[float]] = {}
         self.add_route("GET", f"{_API}/users/@me", self._get_me, name="get_me")
         self.add_route(
             "GET", f"{_API}/oauth2/applications/@me", self._get_application, name="get_application"

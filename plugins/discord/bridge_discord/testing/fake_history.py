@@ -7,11 +7,18 @@ Missing Access 50001), and without Read Message History the answer is an empty l
 error. The list is newest first whatever the query, as Discord answers (discord.py's history
 reads an ``after`` page's newest message from its first element). ``around`` is not served.
 Setting ``fake.history_hold`` to a ``threading.Event`` holds every answer until it is set.
+Setting ``fake.history_limit`` paces reads per channel (``history_limit`` per
+``history_window`` seconds) as Discord paces a route: every answer carries ``X-RateLimit-*``
+headers, and a read past the limit is a 429 (counted in ``fake.rate_limited_history``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bridge_core.testing import RecordedRequest, Reply
@@ -37,7 +44,41 @@ async def list_messages(fake: FakeDiscord, request: RecordedRequest) -> Reply:
     hold = fake.history_hold
     if hold is not None:  # a test holds the answer until it has done what it must first
         await asyncio.get_running_loop().run_in_executor(None, hold.wait, 30.0)
-    return _answer(fake, request)
+    limited, headers = _pace(fake, request)
+    if limited is not None:
+        return limited
+    answer = _answer(fake, request)
+    return replace(answer, headers={**answer.headers, **headers})
+
+
+def _pace(fake: FakeDiscord, request: RecordedRequest) -> tuple[Reply | None, dict[str, str]]:
+    limit, window = fake.history_limit, fake.history_window
+    if limit is None:
+        return None, {}
+    now = time.monotonic()
+    with fake.lock:
+        recent = fake._history_reads.setdefault(request.params.get("channel_id", ""), deque())
+        while recent and now - recent[0] >= window:
+            recent.popleft()
+        if len(recent) >= limit:
+            retry = round(window - (now - recent[0]), 3)
+            fake.rate_limited_history += 1
+            reply = fake.rate_limited(retry)
+            headers = {**reply.headers, **_headers(limit, 0, retry)}
+            return Reply.json(json.loads(reply.body), status=429, headers=headers), {}
+        recent.append(now)
+        return None, _headers(limit, limit - len(recent), window - (now - recent[0]))
+
+
+def _headers(limit: int, remaining: int, reset_after: float) -> dict[str, str]:
+    reset_after = max(reset_after, 0.001)
+    return {
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+        "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+        "X-RateLimit-Bucket": "fake-list-messages",
+    }
 
 
 def _answer(fake: FakeDiscord, request: RecordedRequest) -> Reply:
