@@ -4,13 +4,14 @@ fields, never anything but a message or ``None``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
-from bridge_discord.backfill import Positions, _decode, _encode
+from bridge_discord.backfill import NAMESPACE, Positions, _decode, _encode
 from bridge_discord.inbound import inbound_from_json, inbound_from_message
 from bridge_discord.testing.fake_discord import FakeDiscord
 from hypothesis import given
@@ -131,3 +132,26 @@ async def test_positions_keep_the_most_recently_active_channels() -> None:
     again = Positions(kv, profile="p", limit=3)
     await again.load()
     assert [(c, p.after) for c, p in again.channels()] == [(2, 20), (4, 14), (3, 13)]
+
+
+# Values shaped like the stored format, with any JSON where ids belong, so the decoder's checks
+# past json.loads are reached (the bytes above rarely parse); and nesting past the recursion limit.
+_ROW = st.lists(IDS | json_values(max_leaves=4), max_size=5) | json_values(max_leaves=4)
+_NEAR = st.fixed_dictionaries(
+    {"v": st.sampled_from([1, 1.0, True, "1", 2, None]), "channels": st.lists(_ROW, max_size=6)}
+).map(lambda value: json.dumps(value).encode())
+_DEEP = st.integers(1, 100_000).map(lambda depth: b"[" * depth + b"]" * depth)
+
+
+@FUZZ
+@given(raw=_NEAR | _DEEP | ANY_TEXT.map(lambda text: text.encode("utf-8", "surrogatepass")))
+def test_loading_any_stored_value_never_raises(raw: bytes) -> None:
+    async def load() -> list[Any]:
+        kv = MemoryKeyValueStore()
+        await kv.put(NAMESPACE, "p", raw)
+        positions = Positions(kv, profile="p")
+        await positions.load()
+        return positions.channels()
+
+    for channel, position in anyio.run(load):
+        assert channel > 0 and position.after > 0
