@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
+import aiohttp
+import anyio
+import anyio.to_thread
 import pytest
 import requests
 from bridge_slack.testing.fake_slack import (
@@ -173,3 +178,49 @@ def test_posting_faster_than_the_limit_gets_slacks_429(fake_slack: FakeSlack) ->
     other = call(fake_slack, "chat.postMessage", json={"channel": "C0OTHER", "text": "x"})
     assert other.status_code == 200, "the limit is per channel"
     assert fake_slack.texts("C0GENERAL") == ["0", "1", "2"]
+
+
+async def socket_frames(
+    fake: FakeSlack, *, on_open: Callable[[], None] = lambda: None
+) -> list[Any]:
+    """Open a Socket Mode connection at the fake, call ``on_open`` (in a thread, once the fake
+    has it), and read it until it closes: the JSON frames and, last, the close."""
+    headers = {"Authorization": f"Bearer {fake.app_token}"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(fake.api_url + "apps.connections.open", headers=headers) as got:
+            url = (await got.json())["url"]
+        async with session.ws_connect(url) as socket:
+            await anyio.to_thread.run_sync(lambda: (fake.wait_for_socket(), on_open()))
+            frames: list[Any] = [json.loads(f.data) async for f in socket]
+            return [*frames, ("closed", socket.close_code)]
+
+
+@pytest.mark.anyio
+async def test_slack_sends_nothing_on_a_socket_before_its_hello(fake_slack: FakeSlack) -> None:
+    def push_then_greet() -> None:
+        fake_slack.push_event(event_callback(message_event(channel="C0GENERAL", text="x")))
+        fake_slack.socket_disconnect("warning")
+        fake_slack.socket_hello(1)
+
+    fake_slack.hold_hello = True
+    with anyio.fail_after(5):
+        frames = await socket_frames(fake_slack, on_open=push_then_greet)
+    assert [f[0] if isinstance(f, tuple) else f["type"] for f in frames] == [
+        "hello",
+        "events_api",
+        "disconnect",
+        "closed",
+    ]
+    assert fake_slack.socket_log == ["open 1", "hello 1", "closed 1 by slack"]
+
+
+@pytest.mark.anyio
+async def test_a_connection_over_the_limit_is_told_too_many_websockets_and_closed(
+    fake_slack: FakeSlack,
+) -> None:
+    fake_slack.socket_limit = 0
+    with anyio.fail_after(5):
+        frames = await socket_frames(fake_slack)
+    assert frames[0]["type"] == "hello"
+    assert frames[1] == {"type": "disconnect", "reason": "too_many_websockets"}
+    assert frames[2] == ("closed", 1000)
