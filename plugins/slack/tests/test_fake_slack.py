@@ -184,15 +184,20 @@ async def socket_frames(
     fake: FakeSlack, *, on_open: Callable[[], None] = lambda: None
 ) -> list[Any]:
     """Open a Socket Mode connection at the fake, call ``on_open`` (in a thread, once the fake
-    has it), and read it until it closes: the JSON frames and, last, the close."""
+    has it), and read it until it ends: the JSON frames, then ``("close", code)`` for Slack's
+    closing frame."""
     headers = {"Authorization": f"Bearer {fake.app_token}"}
     async with aiohttp.ClientSession() as session:
         async with session.post(fake.api_url + "apps.connections.open", headers=headers) as got:
             url = (await got.json())["url"]
-        async with session.ws_connect(url) as socket:
+        async with session.ws_connect(url, autoclose=False) as socket:
             await anyio.to_thread.run_sync(lambda: (fake.wait_for_socket(), on_open()))
-            frames: list[Any] = [json.loads(f.data) async for f in socket]
-            return [*frames, ("closed", socket.close_code)]
+            frames: list[Any] = []
+            while (frame := await socket.receive()).type is aiohttp.WSMsgType.TEXT:
+                frames.append(json.loads(frame.data))
+            if frame.type is aiohttp.WSMsgType.CLOSE:
+                frames.append(("close", frame.data))
+            return frames
 
 
 @pytest.mark.anyio
@@ -209,8 +214,9 @@ async def test_slack_sends_nothing_on_a_socket_before_its_hello(fake_slack: Fake
         "hello",
         "events_api",
         "disconnect",
-        "closed",
+        "close",
     ]
+    await anyio.to_thread.run_sync(lambda: fake_slack.wait_for_log("closed 1 by slack"))
     assert fake_slack.socket_log == ["open 1", "hello 1", "closed 1 by slack"]
 
 
@@ -223,4 +229,4 @@ async def test_a_connection_over_the_limit_is_told_too_many_websockets_and_close
         frames = await socket_frames(fake_slack)
     assert frames[0]["type"] == "hello"
     assert frames[1] == {"type": "disconnect", "reason": "too_many_websockets"}
-    assert frames[2] == ("closed", 1000)
+    assert frames[2] == ("close", 1000)
