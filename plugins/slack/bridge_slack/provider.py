@@ -329,7 +329,11 @@ class SlackProvider(ChatProvider):
         ``ConnectionLost`` when the socket drops); otherwise return at once."""
         if self._settings.socket_mode:
             socket = SlackSocketMode(
-                self, sink, profile=self._profile, heartbeat=self._settings.socket_ping_interval
+                self,
+                sink,
+                profile=self._profile,
+                heartbeat=self._settings.socket_ping_interval,
+                hello_timeout=self._settings.timeout,
             )
             await socket.run()
 

@@ -74,7 +74,8 @@ class SlackSettings(ProviderSettings):
     own."""
     timeout: float = Field(default=10.0, gt=0, le=120)
     """Seconds one Web API call may take before it fails as a transport error, which is retried
-    later (the sender backs off). Raise it on a slow link or behind a slow proxy."""
+    later (the sender backs off), and a new Socket Mode connection has to send its ``hello``. Raise
+    it on a slow link or behind a slow proxy."""
     bot_user_id: str | None = None
     """The bot's own user id (``U…``), so that its own messages coming back as events are never
     taken for people's. Optional: without it the id is asked of ``auth.test`` once, before the first

@@ -2,11 +2,24 @@
 
 ``apps.connections.open`` (with the app-level token) gives a websocket URL; Slack sends
 ``hello``, then ``events_api`` envelopes, each acknowledged by sending back its
-``envelope_id``. The acknowledgement goes only after the core's sink took the message, so a
-failure there leaves the envelope unacknowledged and Slack redelivers it (the dedup absorbs
-the repeat). A ``disconnect`` message is Slack's planned rotation: a new connection is opened
-in place. Any other end of the socket (a drop, a missed heartbeat) raises ``ConnectionLost``
-for the core's reconnect watcher; a refused app token raises ``Unreachable``.
+``envelope_id`` on the socket it came on. The acknowledgement goes only after the core's sink
+took the message, so a failure there leaves the envelope unacknowledged and Slack redelivers it
+(the dedup absorbs the repeat).
+
+Slack rotates connections: a ``disconnect`` message (reason ``warning`` about 10 s before the
+close, ``refresh_requested``, or one this module does not know) says the socket will close
+soon. The next connection is opened then, up to its ``hello``, while the old socket is still
+read and its envelopes acknowledged; once the new one has said hello the old one is closed, so
+at most two are open. Envelopes arriving on either socket meanwhile all go to the sink. If the
+old socket closes first, the new one simply takes over; if the new one cannot be opened, the old
+one is closed and the failure raised as it would be on the first connection.
+
+Raised for the core's reconnect watcher, which backs off before rebuilding: ``ConnectionLost``
+when a socket ends without a ``disconnect``, when no ``hello`` comes within ``hello_timeout``,
+and for the reasons that are not a rotation: ``too_many_websockets`` (the app holds more
+connections than Slack allows, 10: reconnecting at once would only add one more) and
+``link_disabled`` (Socket Mode was switched off for the app). A refused app token raises
+``Unreachable``. ``socket_connection`` has the reading of one socket.
 
 slack-sdk's own ``SocketModeClient`` is not used: it reconnects forever inside background
 tasks, so the core would never learn the connection was lost, and it logs whole payloads.
@@ -14,81 +27,136 @@ tasks, so the core would never learn the connection was lost, and it logs whole 
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskGroup
 
-from bridge_core import ConnectionLost, InboundSink, TransportError
+from bridge_core import ConnectionLost, InboundSink, ProviderError, TransportError
 from bridge_slack.events import made_valid, to_inbound
+from bridge_slack.socket_connection import SocketConnection
 
 if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
 
-__all__ = ["SlackSocketMode"]
+__all__ = ["NOT_ROTATIONS", "SlackSocketMode"]
 
 logger = logging.getLogger("bridge_slack.socket_mode")
+
+# disconnect reasons after which a new connection cannot help at once
+NOT_ROTATIONS = {
+    "too_many_websockets": "the app holds more Socket Mode connections than Slack allows (10)",
+    "link_disabled": "Socket Mode was switched off in the app's settings",
+}
 
 
 class SlackSocketMode:
     """One provider's Socket Mode session; ``run()`` until cancelled or the socket is lost."""
 
     def __init__(
-        self, provider: SlackProvider, sink: InboundSink, *, profile: str, heartbeat: float
+        self,
+        provider: SlackProvider,
+        sink: InboundSink,
+        *,
+        profile: str,
+        heartbeat: float,
+        hello_timeout: float,
     ) -> None:
         self._provider = provider
         self._sink = sink
         self._profile = profile
         self._heartbeat = heartbeat  # seconds between pings (settings.socket_ping_interval)
+        self._hello_timeout = hello_timeout  # seconds a new socket has to say hello
+        self._numbers = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"SlackSocketMode(profile={self._profile!r})"
 
     async def run(self) -> None:
         await self._provider.learn_identity()
-        while True:
+        ended: list[ProviderError] = []
+        async with anyio.create_task_group() as group:
             try:
-                url = await self._provider.open_socket_url()
-            except ConnectionLost:
-                raise
-            except TransportError as exc:
-                raise ConnectionLost(f"Slack Socket Mode could not connect: {exc}") from None
-            if not await self._serve(url):
-                raise ConnectionLost(
-                    f"Slack Socket Mode connection of profile {self._profile!r} closed unexpectedly"
-                )
-            logger.info("Slack profile %s: Socket Mode rotated by Slack", self._profile)
+                await self._serve(group)
+            except ProviderError as exc:  # raised below, on its own rather than in a group
+                ended.append(exc)
+                group.cancel_scope.cancel()
+        await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled, not lost, if both
+        raise ended[0]
 
-    async def _serve(self, url: str) -> bool:
-        """Serve one websocket; True when Slack asked us to move to a new one."""
+    async def _serve(self, group: TaskGroup) -> NoReturn:
+        """Connect, then follow Slack's rotations until a connection is lost; sockets are read
+        in ``group``, and every one opened here is closed before this raises."""
+        current = await self._connect(group)
         try:
-            session = self._provider.session()
-            async with session.ws_connect(url, heartbeat=self._heartbeat) as socket:
-                async for frame in socket:
-                    if frame.type is aiohttp.WSMsgType.TEXT:
-                        if await self._handle(socket, frame.data):
-                            return True
-                    elif frame.type is aiohttp.WSMsgType.ERROR:
-                        break
+            while True:
+                await current.changed.wait()
+                self._raise_unless_rotating(current)
+                logger.info(
+                    "Slack profile %s: Slack is rotating Socket Mode connection %d (%s)",
+                    self._profile,
+                    current.number,
+                    current.reason,
+                )
+                try:
+                    following = await self._connect(group)
+                finally:
+                    await current.close()
+                current = following
+        finally:
+            await current.close()
+
+    def _raise_unless_rotating(self, connection: SocketConnection) -> None:
+        if connection.reason is None:
+            raise ConnectionLost(
+                f"Slack Socket Mode connection of profile {self._profile!r} closed unexpectedly"
+            )
+        if connection.reason in NOT_ROTATIONS:
+            raise ConnectionLost(
+                f"Slack ended the Socket Mode connection of profile {self._profile!r} with "
+                f"{connection.reason}: {NOT_ROTATIONS[connection.reason]}"
+            )
+
+    async def _connect(self, group: TaskGroup) -> SocketConnection:
+        """A new connection, read in ``group``, that has said hello; nothing left open if not."""
+        try:
+            url = await self._provider.open_socket_url()
+        except ConnectionLost:
+            raise
+        except TransportError as exc:
+            raise ConnectionLost(f"Slack Socket Mode could not connect: {exc}") from None
+        try:
+            socket = await self._provider.session().ws_connect(url, heartbeat=self._heartbeat)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ConnectionLost(f"Slack Socket Mode: {type(exc).__name__}: {exc}") from None
-        return False
-
-    async def _handle(self, socket: aiohttp.ClientWebSocketResponse, raw: str) -> bool:
+        connection = SocketConnection(socket, profile=self._profile, number=next(self._numbers))
         try:
-            data: Any = json.loads(raw)
-        except (ValueError, RecursionError):
-            logger.warning("Slack profile %s: a Socket Mode frame was not JSON", self._profile)
-            return False
-        if not isinstance(data, dict):
-            return False
-        kind = data.get("type")
-        if kind == "disconnect":
-            return True
+            group.start_soon(connection.read, self._handle)
+            with anyio.move_on_after(self._hello_timeout):
+                await connection.settled.wait()
+            if not connection.greeted:
+                if connection.reason in NOT_ROTATIONS:
+                    self._raise_unless_rotating(connection)
+                said = f"disconnect ({connection.reason})" if connection.reason else "nothing"
+                raise ConnectionLost(
+                    f"Slack Socket Mode connection of profile {self._profile!r} had no hello "
+                    f"within {self._hello_timeout:g} s: it "
+                    + ("closed" if connection.ended else f"said {said}")
+                )
+        except BaseException:
+            await connection.close()
+            raise
+        return connection
+
+    async def _handle(self, connection: SocketConnection, data: dict[str, Any]) -> None:
         envelope_id = data.get("envelope_id")
         if not isinstance(envelope_id, str):
-            return False  # hello, and anything that needs no acknowledgement
+            return  # anything that needs no acknowledgement
+        kind = data.get("type")
         if kind == "events_api" and isinstance(data.get("payload"), dict):
             retries = data.get("retry_attempt")
             message = to_inbound(
@@ -108,6 +176,5 @@ class SlackSocketMode:
                         self._profile,
                         message.message_id,
                     )
-                    return False
-        await socket.send_json({"envelope_id": envelope_id})
-        return False
+                    return
+        await connection.acknowledge(envelope_id)
