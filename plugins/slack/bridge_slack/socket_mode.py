@@ -132,7 +132,12 @@ class SlackSocketMode:
         try:
             socket = await self._provider.session().ws_connect(url, heartbeat=self._heartbeat)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ConnectionLost(f"Slack Socket Mode: {type(exc).__name__}: {exc}") from None
+            # aiohttp's message names the URL, whose query is this connection's ticket.
+            status = getattr(exc, "status", None)
+            said = f" (HTTP {status})" if isinstance(status, int) else ""
+            raise ConnectionLost(
+                f"Slack Socket Mode could not open its websocket: {type(exc).__name__}{said}"
+            ) from None
         connection = SocketConnection(socket, profile=self._profile, number=next(self._numbers))
         try:
             group.start_soon(connection.read, self._handle)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from bridge_core.inbound.watcher import ReconnectWatcher
 from bridge_core.provider import ConnectionLost, InboundMessage, Unreachable
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 
@@ -190,6 +191,23 @@ async def test_a_refused_app_token_is_unreachable(
     assert fake_slack.count("socket") == 0
     assert wrong not in str(caught.value) and wrong not in caplog.text
     assert fake_slack.app_token not in caplog.text
+
+
+async def test_a_refused_websocket_handshake_is_lost_without_its_ticket(
+    socket_settings: dict[str, Any], fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The URL apps.connections.open hands out carries the connection's ticket in its query,
+    # and aiohttp names the URL in a failed handshake's message.
+    caplog.set_level(logging.DEBUG)
+    fake_slack.script("socket", Reply.json({"error": "nope"}, status=403))
+    async with SlackProvider(SlackSettings.model_validate(socket_settings)) as provider:
+        with anyio.fail_after(5), pytest.raises(ConnectionLost, match="HTTP 403") as caught:
+            await provider.receive(Sink())
+    assert fake_slack.count("socket") == 1
+    assert "ticket" not in str(caught.value)
+    # slack_sdk's own DEBUG lines show every response body; ours never show the ticket.
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith(("bridge", "chatbridge"))]
+    assert not any("ticket-" in line for line in ours)
 
 
 async def test_the_cores_watcher_rebuilds_a_dropped_socket_and_dedups_redelivery(
