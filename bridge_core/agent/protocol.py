@@ -319,6 +319,8 @@ class _Fields:
 
     def integer(self, name: str, *, default: int, low: int, high: int) -> int:
         value = self.data.get(name, default)
+        if isinstance(value, float) and value.is_integer():  # JSON does not tell 2.0 from 2
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self._fail(name, f"must be an integer from {low} to {high}, got {value!r}")
         return value
