@@ -22,7 +22,8 @@ def re_of(message: p.ClientMessage | None, raw: str) -> str | None:
     or for its size, is still named. An invalid ``id`` is never echoed: its error names it."""
     if message is not None:
         return message.id
-    if '"id"' not in raw:  # no id to find (an escaped key name is missed: it only costs the re)
+    # the key is written "id" or with escapes ("\\u0069d"): without either, there is none
+    if '"id"' not in raw and "\\u" not in raw:
         return None
     try:
         data = json.loads(raw)

@@ -216,3 +216,25 @@ async def test_a_bad_id_is_refused_naming_it_and_the_connection_goes_on(
     longest = "x" * p.MAX_ID_CHARS
     ack = await answer(raw, {"type": "reply", "id": longest, "turn": turn, "text": "y"})
     assert ack["re"] == longest, ack
+
+
+@pytest.mark.anyio
+async def test_a_refused_message_whose_id_key_is_written_with_escapes_is_still_named(
+    gateway: Gateway, client: Client
+) -> None:
+    # "\u0069d" is "id" as JSON may write it: the same key, so the same message and the same re
+    raw = await client.connect()
+    await raw.hello()
+    for key in ("\\u0069d", "i\\u0064", "\\u0069\\u0064"):
+        await raw.send('{"type":"reply","' + key + '":"esc","turn":"ops/1"}')  # no text
+        error = await raw.recv()
+        assert (error["code"], error["field"], error.get("re")) == ("invalid", "text", "esc"), (
+            key,
+            error,
+        )
+        await raw.send('{"type":"shout","' + key + '":"esc-2"}')
+        error = await raw.recv()
+        assert (error["code"], error.get("re")) == ("unknown_type", "esc-2"), (key, error)
+    # read, the message's own id: echoed as for any other spelling
+    await raw.send('{"type":"event","\\u0069d":"esc-3","event":[]}')
+    assert (await raw.recv())["re"] == "esc-3"
