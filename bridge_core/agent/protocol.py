@@ -522,6 +522,12 @@ def _need(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> 
     return value
 
 
+def _optional(data: Mapping[str, Any], name: str) -> Any:
+    if name in data and not isinstance(data[name], str):  # re, turn: what matches an answer
+        raise ProtocolError("invalid", f"gateway message: {name} is not a string")
+    return data.get(name)
+
+
 def parse_server_message(
     raw: str | bytes, *, max_bytes: int = 16 * MAX_MESSAGE_BYTES
 ) -> ServerMessage:
@@ -559,8 +565,8 @@ def parse_server_message(
     if kind == "ack":
         return Ack(
             recorded=_need(data, "recorded", str),
-            turn=data.get("turn"),
-            re=data.get("re"),
+            turn=_optional(data, "turn"),
+            re=_optional(data, "re"),
             obligation=data.get("obligation"),
             accepted=data.get("accepted"),
             ignored=data.get("ignored"),
@@ -569,8 +575,8 @@ def parse_server_message(
         return ServerError(
             code=_need(data, "code", str),
             message=_need(data, "message", str),
-            turn=data.get("turn"),
-            re=data.get("re"),
+            turn=_optional(data, "turn"),
+            re=_optional(data, "re"),
             field=data.get("field"),
         )
     if kind == "hello":

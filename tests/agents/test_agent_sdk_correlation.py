@@ -283,3 +283,28 @@ async def test_with_a_gateway_older_than_ids_only_events_carry_one_and_answers_m
     assert [a.recorded for a in acks] == ["event", "final"]
     logged = [r.getMessage() for r in caplog.records if r.name == "bridge_core.agent"]
     assert any("contains NUL" in line for line in logged), logged
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bad", [["reply-2"], {"id": "reply-2"}, 7, None])
+async def test_an_answer_whose_re_is_not_a_string_is_ignored_not_fatal(
+    bad: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    acks: list[p.Ack] = []
+
+    async def agent(turn: Turn) -> None:
+        acks.append(await turn.reply("hello"))
+
+    async def gateway(peer: Peer) -> None:
+        await peer.send(TURN)
+        reply = await peer.recv()
+        ack = {"type": "ack", "recorded": "reply", "turn": "ops/1", "obligation": "ob-1"}
+        # not a gateway message (re is the id echoed: a string), so not the reply's answer;
+        # sent as is, past the schema check of Peer.send
+        await peer.ws.send_str(json.dumps({**ack, "re": bad, "obligation": "ob-x"}))
+        await peer.ws.send_str(json.dumps({**ack, "turn": ["ops/1"], "obligation": "ob-y"}))
+        await peer.send({**ack, **re(reply)})
+
+    with caplog.at_level(logging.WARNING, logger="bridge_core.agent"):
+        await play(agent, gateway)
+    assert [a.obligation for a in acks] == ["ob-1"]
