@@ -210,6 +210,7 @@ class Session:
         self._current: _Connection | None = None
         self._connected = anyio.Event()
         self._closing = False
+        self._ended = False  # no connection comes any more (closed, gave up, or no reconnect)
         self._ids = itertools.count(1)
         self.failure: BaseException | None = None
 
@@ -283,11 +284,13 @@ class Session:
 
     async def send_events(self, events: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> p.Ack:
         """Fleet events (the JSON of ``POST /v1/events``) on this socket; returns the ack."""
-        if self._closing or self.failure is not None:
-            raise AgentError("the session is closed; connect again to send events")
-        await self._connected.wait()
-        connection = self._current
-        assert connection is not None
+        while True:
+            if self._closing or self.failure is not None or self._ended:
+                raise AgentError("the session is closed; connect again to send events")
+            await self._connected.wait()  # a connection said hello (or the session ended)
+            connection = self._current
+            if connection is not None:  # else it dropped meanwhile: wait for the next one
+                break
         body = dict(events) if isinstance(events, Mapping) else [dict(e) for e in events]
         return await self._request(connection, p.EventPost(event=body), turn=None)
 
@@ -331,6 +334,8 @@ class Session:
             log.error("agent: giving up: %s", error)
         finally:
             self._turns_in.close()
+            self._ended = True
+            self._connected.set()  # events waiting for a connection: there will be none
 
     def _delay(self, attempt: int) -> float:
         """Equal jitter: uniform over the upper half of ``min(cap, base * 2**attempt)``, so

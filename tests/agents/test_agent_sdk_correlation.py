@@ -19,7 +19,7 @@ import pytest
 from aiohttp import WSMsgType, web
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from bridge_core.agent import Rejected, Session, Turn, connect
+from bridge_core.agent import AgentError, Rejected, Session, Turn, connect
 from bridge_core.agent import protocol as p
 
 from .conftest import assert_client_message, assert_server_message
@@ -308,3 +308,67 @@ async def test_an_answer_whose_re_is_not_a_string_is_ignored_not_fatal(
     with caplog.at_level(logging.WARNING, logger="bridge_core.agent"):
         await play(agent, gateway)
     assert [a.obligation for a in acks] == ["ob-1"]
+
+
+# ---------------------------------------------------------------------- events across connections
+
+
+async def ack_events(peer: Peer, seconds: float) -> None:
+    """Acknowledge every event the agent sends for ``seconds``."""
+    with anyio.move_on_after(seconds):
+        while True:
+            event = await peer.recv()
+            ack = {"type": "ack", "recorded": "event", "accepted": 0, "ignored": 0}
+            await peer.send({**ack, **re(event)})
+
+
+@pytest.mark.anyio
+async def test_events_sent_while_connections_drop_and_are_replaced_are_acked_or_lost() -> None:
+    outcomes: list[str] = []
+
+    async def sender(session: Session, stop: anyio.Event) -> None:
+        while not stop.is_set():
+            try:
+                ack = await session.send_events([])
+                outcomes.append(ack.recorded)
+            except AgentError as error:  # TurnLost: the connection it went on dropped
+                outcomes.append(type(error).__name__)
+
+    async def agent(url: str) -> None:
+        async with connect(url, group="support", channels=["ops"], backoff=(0.02, 0.05)) as session:
+            stop = anyio.Event()
+            async with anyio.create_task_group() as senders:
+                for _ in range(20):
+                    senders.start_soon(sender, session, stop)
+                await dropped.wait()
+                stop.set()
+
+    dropped = anyio.Event()
+    with anyio.fail_after(20.0):
+        async with fake_gateway() as fake, anyio.create_task_group() as tg:
+            tg.start_soon(agent, fake.url)
+            for _ in range(4):  # each connection acks events for a while, then drops
+                peer = await fake.accept()
+                await peer.hello(message_ids=True)
+                await ack_events(peer, 0.15)
+                await peer.ws.close()
+            dropped.set()
+    assert set(outcomes) <= {"event", "TurnLost"}, sorted(set(outcomes))
+    assert "event" in outcomes
+
+
+@pytest.mark.anyio
+async def test_events_after_the_connection_ended_without_reconnect_raise_not_hang() -> None:
+    async def gateway(fake: FakeGateway) -> None:
+        peer = await fake.accept()
+        await peer.hello(message_ids=True)
+        await peer.ws.close()
+
+    with anyio.fail_after(10.0):
+        async with fake_gateway() as fake, anyio.create_task_group() as tg:
+            tg.start_soon(gateway, fake)
+            async with connect(fake.url, group="support", channels=["ops"], reconnect=False) as s:
+                async for _ in s:  # the iteration ends with the connection
+                    raise AssertionError("no turn was sent")
+                with pytest.raises(AgentError, match="closed"):
+                    await s.send_events([])
