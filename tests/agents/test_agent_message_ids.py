@@ -238,3 +238,24 @@ async def test_a_refused_message_whose_id_key_is_written_with_escapes_is_still_n
     # read, the message's own id: echoed as for any other spelling
     await raw.send('{"type":"event","\\u0069d":"esc-3","event":[]}')
     assert (await raw.recv())["re"] == "esc-3"
+
+
+@pytest.mark.anyio
+async def test_ids_count_code_points_and_a_key_written_twice_takes_its_last_value(
+    gateway: Gateway, client: Client
+) -> None:
+    raw = await client.connect()
+    await raw.hello()
+    astral = "\U0001f600" * p.MAX_ID_CHARS  # 200 code points, 400 UTF-16 units
+    ack = await answer(raw, {"type": "event", "id": astral, "event": []})
+    assert ack["re"] == astral, ack
+    error = await answer(raw, {"type": "event", "id": astral + "x", "event": []})
+    assert (error["code"], error["field"], "re" in error) == ("invalid", "id", False), error
+    # JSON readers differ on a repeated key; this one (and the schema test's) takes the last
+    await raw.send('{"type":"event","id":"first","event":[],"id":"last"}')
+    assert (await raw.recv())["re"] == "last"
+    await raw.send('{"type":"event","id":"ok","event":[],"id":7}')
+    error = await raw.recv()
+    assert (error["code"], error["field"], "re" in error) == ("invalid", "id", False), error
+    await raw.send('{"type":"event","id":7,"event":[],"id":"ok"}')
+    assert (await raw.recv())["re"] == "ok"

@@ -372,3 +372,29 @@ async def test_events_after_the_connection_ended_without_reconnect_raise_not_han
                     raise AssertionError("no turn was sent")
                 with pytest.raises(AgentError, match="closed"):
                     await s.send_events([])
+
+
+@pytest.mark.anyio
+async def test_a_reply_cancelled_mid_wait_leaves_no_waiter_and_its_late_ack_settles_nothing() -> (
+    None
+):
+    acks: list[p.Ack] = []
+    waiters: list[int] = []
+
+    async def agent(turn: Turn) -> None:
+        with anyio.move_on_after(0.2):  # the task answering gives up before the ack
+            await turn.reply("first")
+        waiters.append(len(turn._connection.waiters))
+        acks.append(await turn.reply("second"))
+
+    async def gateway(peer: Peer) -> None:
+        await peer.send(TURN)
+        first, second = await peer.recv(), await peer.recv()
+        assert first["id"] != second["id"], (first, second)
+        ack = {"type": "ack", "recorded": "reply", "turn": "ops/1"}
+        await peer.send({**ack, "obligation": "late", **re(first)})  # the first's, late
+        await peer.send({**ack, "obligation": "ob-2", **re(second)})
+
+    await play(agent, gateway)
+    assert waiters == [0]
+    assert [a.obligation for a in acks] == ["ob-2"]
