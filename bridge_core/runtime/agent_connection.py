@@ -514,10 +514,11 @@ class AgentConnection:
                 held.answer = p.Reply(turn=message.turn, text=message.text, id=message.id)
                 held.wake()
                 return
-            held.streamed = obligation_id(
-                channel.profile, held.turn.channel, held.turn.message_id, 0
-            )
-            await channel.replies.open(held.streamed, thread=held.turn.thread or channel.thread)
+            streamed = obligation_id(channel.profile, held.turn.channel, held.turn.message_id, 0)
+            await channel.replies.open(streamed, thread=held.turn.thread or channel.thread)
+            # Only once it is open: a failed open is answered unavailable, and the turn must
+            # stay answerable (its next delta opens it again, a final is a plain reply).
+            held.streamed = streamed
         if message.type == "stream":
             await channel.replies.feed(held.streamed, message.text)
             return

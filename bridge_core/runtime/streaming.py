@@ -191,11 +191,12 @@ class StreamedReplies:
             return
         try:
             data = await self._kv.get(KV_NAMESPACE, obligation)
+            stale = _decode(data) if data else []
         except Exception as error:
+            # Not fatal to the reply: the worst is a dead process's partial left unmarked.
             log.warning("streams: reading the partials of %s failed: %r", obligation, error)
             return
-        if data:
-            stale = _decode(data)
+        if stale:
             log.info(
                 "streams: %s: marking %d stale partial message(s) interrupted",
                 obligation,

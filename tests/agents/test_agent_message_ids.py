@@ -259,3 +259,25 @@ async def test_ids_count_code_points_and_a_key_written_twice_takes_its_last_valu
     assert (error["code"], error["field"], "re" in error) == ("invalid", "id", False), error
     await raw.send('{"type":"event","id":7,"event":[],"id":"ok"}')
     assert (await raw.recv())["re"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_a_stream_the_gateway_fails_to_open_stays_answerable(
+    gateway: Gateway, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = StreamedReplies.open
+
+    async def fails_once(self: StreamedReplies, obligation: str, *, thread: str | None) -> Any:
+        monkeypatch.setattr(StreamedReplies, "open", opened)
+        raise RuntimeError("a store that blinked")
+
+    raw = await client.connect()
+    await eligible(await raw.hello())
+    turn = await next_turn(gateway, raw, "stream it")
+    monkeypatch.setattr(StreamedReplies, "open", fails_once)
+    error = await answer(raw, {"type": "stream", "id": "s-1", "turn": turn, "text": "x"})
+    assert (error["code"], error["re"]) == ("unavailable", "s-1"), error
+    # The next delta opens the stream, and its final is recorded.
+    await raw.send({"type": "stream", "id": "s-2", "turn": turn, "text": "partial "})
+    ack = await answer(raw, {"type": "final", "id": "f-1", "turn": turn, "text": "whole"})
+    assert (ack["type"], ack["recorded"], ack["re"]) == ("ack", "final", "f-1"), ack

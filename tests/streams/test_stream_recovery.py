@@ -8,6 +8,7 @@ import pytest
 from bridge_slack import SLACK_BUDGET
 
 from bridge_core.ledger import DeliveryLedger, MemoryBackend, MemoryLedgerStore, Reply, State
+from bridge_core.runtime.streaming import KV_NAMESPACE
 from bridge_core.streams import CURSOR, INTERRUPTED
 
 from .conftest import CHANNEL, paced
@@ -85,3 +86,20 @@ async def test_a_reply_streamed_again_for_a_recorded_obligation_sends_nothing_ne
     texts = {p.message_id: [e.text for e in entries if e.message_id == p.message_id] for p in posts}
     assert texts[posts[0].message_id][-1] == "".join(text for _, text in first)
     assert texts[posts[1].message_id][-1] == INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    "stored", [b"not json", b"[[1, 2]]", b'{"a": 1}', b"\xff\xfe", b"[" * 100_000], ids=repr
+)
+async def test_unreadable_stored_partials_do_not_stop_the_stream(
+    open_stream_channel, stored: bytes
+) -> None:
+    # The worst an unreadable value can cost is a dead process's partial left unmarked: the
+    # reply itself is shown and finished.
+    async with open_stream_channel(budget=SLACK_BUDGET) as ch:
+        await ch.kv.put(KV_NAMESPACE, "ob-y", stored)
+        result = await ch.replies.consume(
+            "ob-y", paced([(0.0, "all "), (0.5, "of it")]), thread=None
+        )
+        await ch.until_idle()
+    assert result.text == "all of it"
