@@ -69,6 +69,9 @@ def retry_after_of(status: int, headers: Any, body: Any) -> float | None:
     return retry_after_header(headers)
 
 
+_TOKEN_ERRCODES = frozenset({"M_UNKNOWN_TOKEN", "M_MISSING_TOKEN", "M_USER_DEACTIVATED"})
+
+
 def map_error(
     *,
     status: int,
@@ -81,6 +84,25 @@ def map_error(
 
     Messages carry the status, the errcode and the server's own words, never the access token.
     """
+    error = _mapped(status=status, body=body, headers=headers, operation=operation, where=where)
+    if operation == "history" and isinstance(error, Unreachable):
+        errcode = body.get("errcode") if isinstance(body, dict) else None
+        # Only the token is every room's: any other refusal of one room's history (an
+        # M_UNRECOGNIZED, a 405 or 410 from a proxy) skips that room's gap, and live
+        # messages go on; Unreachable would end inbound for every room.
+        if status != 401 and errcode not in _TOKEN_ERRCODES:
+            return NotFound(f"{error} (that room's gap is skipped)")
+    return error
+
+
+def _mapped(
+    *,
+    status: int,
+    body: Any,
+    headers: Mapping[str, Any] | None,
+    operation: Operation,
+    where: str,
+) -> ProviderError:
     errcode = str(body.get("errcode", "")) if isinstance(body, dict) else ""
     said = str(body.get("error", ""))[:200] if isinstance(body, dict) else ""
     detail = f"HTTP {status}" + (f" {errcode}" if errcode else "") + (f": {said}" if said else "")

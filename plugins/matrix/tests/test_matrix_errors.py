@@ -36,6 +36,11 @@ def test_every_errcode_in_the_table_maps_to_its_class(errcode: str) -> None:
         (404, {"errcode": "M_NOT_FOUND"}, "history", NotFound),  # one room's, skipped
         (404, None, "history", NotFound),
         (401, {"errcode": "M_UNKNOWN_TOKEN"}, "history", Unreachable),
+        (401, None, "history", Unreachable),
+        (403, {"errcode": "M_USER_DEACTIVATED"}, "history", Unreachable),
+        (400, {"errcode": "M_UNRECOGNIZED"}, "history", NotFound),  # every room's gap skipped
+        (405, None, "history", NotFound),
+        (410, {"errcode": "M_SOMETHING_NEW"}, "history", NotFound),
         (404, {"errcode": "M_NOT_FOUND"}, "sync", Unreachable),
         (403, {"errcode": "M_SOMETHING_NEW"}, "post", Forbidden),
         (401, None, "post", Unreachable),
