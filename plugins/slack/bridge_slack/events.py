@@ -209,9 +209,14 @@ def to_inbound(
     """The user message in an Events API ``event_callback`` payload (over HTTP or Socket Mode),
     or ``None`` for bots, the bridge itself, system subtypes and other events."""
     event = payload.get("event")
-    if not isinstance(event, dict) or event.get("type") not in _HANDLED_EVENTS:
+    if not isinstance(event, dict):
         return None
-    subtype = event.get("subtype")
+    kind, subtype = event.get("type"), event.get("subtype")
+    # a list or an object there is unhashable: the set lookups below would raise
+    if not isinstance(kind, str) or kind not in _HANDLED_EVENTS:
+        return None
+    if subtype is not None and not isinstance(subtype, str):
+        return None
     if subtype in IGNORED_SUBTYPES or subtype not in USER_SUBTYPES:
         return None
     user = event.get("user")

@@ -106,6 +106,18 @@ async def test_a_signed_message_reaches_the_sink(
     assert message.extra["event_id"] == "Ev01"
 
 
+@pytest.mark.parametrize("field", ["type", "subtype"])
+async def test_a_list_where_a_type_belongs_is_ignored_not_a_500(
+    events: SlackEvents, sink: Sink, signing_secret: str, field: str
+) -> None:
+    # Slack signed it: a 500 would make it a poison event Slack sends again and again.
+    event = message_event(channel=CHANNEL, text="odd", ts="1700000001.000200")
+    event[field] = ["message"]
+    response = await events.handle(signed(signing_secret, event_callback(event)))
+    assert response.status == 200
+    assert sink.messages == []
+
+
 async def test_url_verification_echoes_the_challenge(
     events: SlackEvents, sink: Sink, signing_secret: str
 ) -> None:
