@@ -12,8 +12,10 @@ Messages written by bots never become turns and are not handed to the core: anyt
 ``bot_id``, the ``bot_message`` subtype, or the bridge's own user id. Edits, deletions, joins and
 other subtypes are acknowledged and ignored.
 
-When the core's sink fails, the answer is 500 so Slack retries (at least once delivery; the
-dedup absorbs the repeat); a body that is not an event is answered 400 with
+A message goes to the core through the provider's ``take`` (``bridge_slack.receiver``): straight
+to the sink, or, while its channel's missed messages are being read back, held and answered 200
+at once, to follow them. When the core's sink fails, the answer is 500 so Slack retries (at least
+once delivery; the dedup absorbs the repeat); a body that is not an event is answered 400 with
 ``X-Slack-No-Retry: 1``, and so are headers Slack never sends (a timestamp or retry count that is
 not a whole number, a signature that is not ASCII) and a body that is not UTF-8: each with a short
 reason, never a traceback. A signed event whose text holds a lone surrogate or a NUL is taken with
@@ -46,7 +48,14 @@ if TYPE_CHECKING:
     from bridge_slack.provider import SlackProvider
     from bridge_slack.settings import SlackSettings
 
-__all__ = ["IGNORED_SUBTYPES", "USER_SUBTYPES", "SlackEvents", "made_valid", "to_inbound"]
+__all__ = [
+    "IGNORED_SUBTYPES",
+    "USER_SUBTYPES",
+    "SlackEvents",
+    "from_history",
+    "made_valid",
+    "to_inbound",
+]
 
 logger = logging.getLogger("bridge_slack.events")
 
@@ -144,7 +153,7 @@ class SlackEvents:
         if message is None:
             return _json(200, {"ok": True, "ignored": "not a user message"})
         try:
-            await self._sink(message)
+            await self._provider.take(message, self._sink)
         except Exception:
             # Whatever the core's failure, Slack must retry: the dedup absorbs the repeat.
             logger.exception(
@@ -249,3 +258,21 @@ def to_inbound(
             "retry_num": retry_num,
         },
     )
+
+
+def from_history(
+    message: Any, *, channel: str, profile: str, own_ids: tuple[str | None, str | None]
+) -> InboundMessage | None:
+    """A message of ``channel`` as ``conversations.history`` lists it, read as the live
+    ``message`` event for it would be (``to_inbound``: the same filter, the same fields), or
+    ``None``. A listed message names neither its channel nor the workspace; its own ``team`` is
+    taken for the latter."""
+    if not isinstance(message, dict) or message.get("type", "message") != "message":
+        return None
+    team = message.get("team")
+    payload = {
+        "type": "event_callback",
+        "team_id": team if isinstance(team, str) else None,
+        "event": {**message, "type": "message", "channel": channel},
+    }
+    return to_inbound(made_valid(payload, profile=profile), profile=profile, own_ids=own_ids)

@@ -21,10 +21,13 @@ __all__ = ["create_provider", "provider_type", "register_budget_presets", "regis
 
 
 def create_provider(settings: SlackSettings, context: ProviderContext) -> SlackProvider:
-    """One Slack provider for a bot profile; connects to nothing until it first sends."""
+    """One Slack provider for a bot profile; connects to nothing until it first sends. The
+    channels' read-back positions go to ``context.kv``."""
     from bridge_slack.provider import SlackProvider  # the SDK loads here, not at plugin load
 
-    return SlackProvider(settings, profile=context.profile, api_base_url=context.api_base_url)
+    return SlackProvider(
+        settings, profile=context.profile, kv=context.kv, api_base_url=context.api_base_url
+    )
 
 
 def provider_type() -> ProviderType[SlackSettings]:

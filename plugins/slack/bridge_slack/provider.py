@@ -13,17 +13,22 @@ refused here, before any request, rather than truncated (ADR 0041 explains the 3
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, cast
 
 import aiohttp
+import anyio
+import anyio.lowlevel
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bridge_core import (
     ChatProvider,
     HttpRoute,
+    InboundMessage,
     InboundSink,
+    KeyValueStore,
     MessageRef,
     MessageRejected,
     ProviderError,
@@ -32,8 +37,10 @@ from bridge_core import (
     mapped_call,
     neutralise_mass_mentions,
 )
+from bridge_slack.backfill import Positions
 from bridge_slack.errors import map_error
 from bridge_slack.events import SlackEvents
+from bridge_slack.receiver import UNREADABLE, Receiver
 from bridge_slack.settings import (
     CAPABILITIES,
     DEFAULT_API_BASE,
@@ -54,6 +61,7 @@ __all__ = [
 logger = logging.getLogger("bridge_slack")
 
 _PROBE_TOLERATES = frozenset({"channel_not_found", "missing_scope"})
+_HISTORY_TOLERATES = frozenset(UNREADABLE)
 
 
 def escape_slack(text: str) -> str:
@@ -92,10 +100,17 @@ class SlackProvider(ChatProvider):
     capabilities = CAPABILITIES
 
     def __init__(
-        self, settings: SlackSettings, *, profile: str = "slack", api_base_url: str | None = None
+        self,
+        settings: SlackSettings,
+        *,
+        profile: str = "slack",
+        kv: KeyValueStore | None = None,
+        api_base_url: str | None = None,
     ) -> None:
         self._settings = settings
         self._profile = profile
+        self._kv = kv  # where the channels' read-back positions are kept
+        self._receiver = Receiver(profile=profile, own_ids=self.own_ids)
         base = api_base_url or settings.api_base_url
         self._base_url = base if base.endswith("/") else base + "/"
         self._session: aiohttp.ClientSession | None = None
@@ -151,6 +166,9 @@ class SlackProvider(ChatProvider):
             try:
                 if method == "conversations.info":
                     response = await web.conversations_info(**kwargs)
+                elif method == "conversations.history":
+                    # a read method: its arguments go in the query, as slack-sdk sends them
+                    response = await web.conversations_history(**kwargs)
                 elif method == "auth.test":
                     response = await web.auth_test()
                 else:
@@ -326,7 +344,21 @@ class SlackProvider(ChatProvider):
 
     async def receive(self, sink: InboundSink) -> None:
         """With ``socket_mode``, take events over Slack's Socket Mode until cancelled (raises
-        ``ConnectionLost`` when the socket drops); otherwise return at once."""
+        ``ConnectionLost`` when the socket drops). Over HTTP the events come to
+        ``http_routes``; ``receive`` returns at once, unless it reads back (below).
+
+        With ``backfill`` and the core's key-value store, the channels people wrote in are
+        read back from where the last run left them (``bridge_slack.receiver``), and their
+        positions kept up to date until cancelled, on either path; a refused token raises
+        ``Unreachable``."""
+        if self._settings.backfill and self._kv is not None:
+            self._receiver.expect()  # before any await: a live event waits for the positions
+        positions: Positions | None = None
+        try:
+            positions = await self._positions()
+        finally:
+            self._receiver.start(positions)  # even when cancelled: nothing waits for ever
+        connected = anyio.Event() if self._settings.socket_mode else None
         if self._settings.socket_mode:
             socket = SlackSocketMode(
                 self,
@@ -334,14 +366,87 @@ class SlackProvider(ChatProvider):
                 profile=self._profile,
                 heartbeat=self._settings.socket_ping_interval,
                 hello_timeout=self._settings.timeout,
+                connected=connected,
             )
-            await socket.run()
+            inbound = socket.run
+        elif positions is not None:
+            await self.learn_identity()  # the read-back tells the bridge's own posts apart
+            inbound = anyio.sleep_forever
+        else:
+            return
+        if positions is None:
+            await inbound()
+            return
+        ended: list[ProviderError] = []
+        async with anyio.create_task_group() as tasks:
+
+            async def until_ended(run: Callable[[], Awaitable[object]]) -> None:
+                try:
+                    await run()
+                except ProviderError as exc:  # raised below, on its own rather than in a group
+                    ended.append(exc)
+                    tasks.cancel_scope.cancel()
+
+            tasks.start_soon(
+                until_ended, partial(self._receiver.run, sink, self._history, connected=connected)
+            )
+            await until_ended(inbound)
+            tasks.cancel_scope.cancel()
+        await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled, not lost, if both
+        if ended:
+            raise ended[0]
+
+    async def take(self, message: InboundMessage, sink: InboundSink) -> None:
+        """A live message from either inbound path, into ``sink`` in its channel's order (held
+        while its channel's gap is read); raises what the sink raised."""
+        await self._receiver.live(message, sink)
+
+    async def _history(self, channel: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """One ``conversations.history`` request, made like every other call: once, its
+        failure a core error (a 429 is ``RateLimited``, which the receiver waits out). The
+        channel's own refusals come back as Slack's data."""
+        return await self._call(
+            "conversations.history",
+            channel,
+            tolerate=_HISTORY_TOLERATES,
+            channel=channel,
+            **arguments,
+        )
+
+    async def _positions(self) -> Positions | None:
+        if not self._settings.backfill:
+            return None
+        if self._kv is None:
+            # The gateway always lends a store; only a provider built by hand has none. Said per
+            # instance: a process-wide "said once" would be state kept at import.
+            logger.warning(
+                "Slack profile %s: no key-value store was given, so messages sent while inbound "
+                "is down are not read back",
+                self._profile,
+            )
+            return None
+        positions = Positions(self._kv, profile=self._profile)
+        try:
+            await positions.load()
+        except Exception as exc:
+            # Reading the store failed (not a bad value): this run goes without a read-back and
+            # writes nothing, so the stored positions are there for the next one.
+            logger.warning(
+                "Slack profile %s: reading the backfill positions failed (%r); messages sent "
+                "while inbound was down are not read back this time",
+                self._profile,
+                exc,
+            )
+            return None
+        return positions
 
     def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
         """The Events API endpoint (``settings.events_path``); none without a signing secret,
         since unsigned events are never accepted, and none in Socket Mode."""
         if self._settings.signing_secret is None or self._settings.socket_mode:
             return ()
+        if self._settings.backfill and self._kv is not None:
+            self._receiver.expect()  # events wait for receive's positions, not past a gap
         return (SlackEvents(self, sink, settings=self._settings, profile=self._profile).route(),)
 
     async def aclose(self) -> None:

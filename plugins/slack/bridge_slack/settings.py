@@ -90,6 +90,13 @@ class SlackSettings(ProviderSettings):
     app_token: SecretStr | None = None
     """The app-level token (``xapp-…``, scope ``connections:write``) that opens Socket Mode
     connections; required by, and only used with, ``socket_mode = true``."""
+    backfill: bool = True
+    """Read back what people wrote while inbound was down longer than Slack retries an event
+    (about five minutes: a deploy, an outage): for each channel a person wrote in, the messages
+    after the last one delivered, at most 1,000 per channel, when inbound starts again. It needs
+    the ``channels:history`` scope (and ``groups:``, ``im:``, ``mpim:history`` for private
+    channels and direct messages) and the core's key-value store (kept beside the ledger). Replies
+    in threads are not read back. Off, such a message is never seen."""
     socket_ping_interval: float = Field(default=10.0, gt=0, le=300)
     """Seconds between pings on the Socket Mode websocket; no answer within half of it counts as a
     lost connection, which the core reconnects. Lower it to notice a dead connection sooner."""

@@ -3,8 +3,9 @@
 ``apps.connections.open`` (with the app-level token) gives a websocket URL; Slack sends
 ``hello``, then ``events_api`` envelopes, each acknowledged by sending back its
 ``envelope_id`` on the socket it came on. The acknowledgement goes only after the core's sink
-took the message, so a failure there leaves the envelope unacknowledged and Slack redelivers it
-(the dedup absorbs the repeat).
+took the message (through the provider's ``take``, which holds it instead while its channel's
+gap is read back: ``bridge_slack.receiver``), so a failure there leaves the envelope
+unacknowledged and Slack redelivers it (the dedup absorbs the repeat).
 
 Slack rotates connections: a ``disconnect`` message (reason ``warning`` about 10 s before the
 close, ``refresh_requested``, or one this module does not know) says the socket will close
@@ -65,6 +66,7 @@ class SlackSocketMode:
         profile: str,
         heartbeat: float,
         hello_timeout: float,
+        connected: anyio.Event | None = None,
     ) -> None:
         self._provider = provider
         self._sink = sink
@@ -72,6 +74,7 @@ class SlackSocketMode:
         self._heartbeat = heartbeat  # seconds between pings (settings.socket_ping_interval)
         self._hello_timeout = hello_timeout  # seconds a new socket has to say hello
         self._numbers = itertools.count(1)
+        self._connected = connected  # set at the first hello (the read-back waits for it)
 
     def __repr__(self) -> str:
         return f"SlackSocketMode(profile={self._profile!r})"
@@ -92,6 +95,8 @@ class SlackSocketMode:
         """Connect, then follow Slack's rotations until a connection is lost; sockets are read
         in ``group``, and every one opened here is closed before this raises."""
         current = await self._connect(group)
+        if self._connected is not None:
+            self._connected.set()
         try:
             while True:
                 await current.changed.wait()
@@ -172,7 +177,7 @@ class SlackSocketMode:
             )
             if message is not None:
                 try:
-                    await self._sink(message)
+                    await self._provider.take(message, self._sink)
                 except Exception:
                     # Unacknowledged, Slack redelivers it; the dedup absorbs the repeat.
                     logger.exception(

@@ -2,7 +2,8 @@
 
 Serves ``/api/auth.test``, ``/api/chat.postMessage``, ``/api/chat.update``,
 ``/api/chat.startStream``, ``/api/chat.appendStream``, ``/api/chat.stopStream`` and
-``/api/conversations.info`` the way Slack does: the token in ``Authorization: Bearer`` (or a
+``/api/conversations.info`` and ``/api/conversations.history`` (``fake_history``) the way Slack
+does: the token in ``Authorization: Bearer`` (or a
 ``token`` form field), parameters from the query string and a form or JSON body, HTTP 200 with
 ``{"ok": false, "error": "<code>"}`` for every refusal, and HTTP 429 with ``Retry-After`` and
 ``{"ok": false, "error": "ratelimited"}`` for a rate limit. Point slack-sdk at ``fake.api_url``.
@@ -28,12 +29,14 @@ from __future__ import annotations
 import hmac
 import itertools
 import math
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bridge_core.testing import RecordedRequest, Reply
+from bridge_slack.testing.fake_history import HISTORY_PAGE_MAX, conversations_history
 from bridge_slack.testing.fake_socket_mode import FakeSocketMode
 from bridge_slack.testing.slack_events import event_callback, message_event, signed_headers
 
@@ -70,6 +73,7 @@ class FakeSlackMessage:
     params: dict[str, Any] = field(default_factory=dict)  # everything the poster sent
     streaming: bool = False  # between chat.startStream and chat.stopStream
     stream: list[tuple[str, str | None]] = field(default_factory=list)  # (method, markdown_text)
+    fields: dict[str, Any] = field(default_factory=dict)  # more of its JSON (subtype, bot_id)
 
 
 class FakeSlack(FakeSocketMode):
@@ -102,6 +106,13 @@ class FakeSlack(FakeSocketMode):
         self._epoch = int(time.time())
         self._posting_limit: tuple[int, float] | None = None
         self._buckets: dict[str, tuple[float, float]] = {}  # channel -> (tokens, at)
+        self.history_page_max = HISTORY_PAGE_MAX
+        self.history_hold: threading.Event | None = None
+        self.history_refusals: dict[str, str] = {}
+        self.history_limit: tuple[int, float] | None = None
+        self.history_rate_limited = 0
+        self.history_times: list[tuple[float, bool]] = []  # (monotonic, 429)
+        self._history_answered: list[float] = []
         for channel in channels:
             self.add_channel(channel)
         for method, route in (
@@ -116,6 +127,12 @@ class FakeSlack(FakeSocketMode):
             self.add_route(
                 method, f"/api/{route}", getattr(self, "_" + route.replace(".", "_")), name=route
             )
+        self.add_route(
+            "*",
+            "/api/conversations.history",
+            lambda request: conversations_history(self, request),
+            name="conversations.history",
+        )
 
     @property
     def api_url(self) -> str:
@@ -161,11 +178,22 @@ class FakeSlack(FakeSocketMode):
         self._buckets[channel] = (tokens - 1.0, now)
         return None
 
-    def add_foreign_message(self, channel: str, text: str, *, user: str = "U0SOMEONE") -> str:
-        """A message someone else wrote (the bot may not edit it); returns its ts."""
+    def add_foreign_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        user: str = "U0SOMEONE",
+        thread_ts: str | None = None,
+        **fields: Any,
+    ) -> str:
+        """A message someone else wrote (the bot may not edit it); returns its ts. ``fields``
+        are more of its JSON as ``conversations.history`` lists it (``subtype``, ``bot_id``)."""
         with self.lock:
             ts = self._next_ts()
-            self.messages[(channel, ts)] = FakeSlackMessage(channel, ts, text, user)
+            self.messages[(channel, ts)] = FakeSlackMessage(
+                channel, ts, text, user, thread_ts=thread_ts, fields=dict(fields)
+            )
             return ts
 
     def delete_message(self, channel: str, ts: str) -> None:

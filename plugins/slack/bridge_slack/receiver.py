@@ -1,0 +1,415 @@
+"""A Slack provider's inbound, both ways it comes (Socket Mode envelopes, Events API requests),
+and each remembered channel's gap read back when inbound (re)starts (``bridge_slack.backfill``),
+in order per channel.
+
+The core appends a channel's turns in the order the sink is called. Without a read-back (off,
+or no store) ``live`` hands each message straight to the sink, as before. With one, each channel
+has a lane: its live messages reach the sink one at a time, and from ``start`` every remembered
+channel's lane is shut until its gap has been handed over. A live message for a shut lane is
+held in memory and its caller acknowledges it to Slack at once: held back by not answering, it
+would hold the Socket Mode reader (one envelope at a time) or run past Slack's 3 s and be sent
+again, for minutes, while a rate-limited read pages. Holding it costs nothing in safety: the
+channel's stored position never passes a message the sink has not taken, so a held message lost
+to a crash is in the next run's read-back. Once the gap is in, the held messages follow it (those
+the read already had are dropped), then the lane opens.
+
+Gaps are read one channel at a time, most recently active first: Slack limits
+``conversations.history`` per app and workspace, not per channel (Tier 3, about 50 a minute; one
+a minute for commercially distributed apps outside the Marketplace), so reading several at once
+would only meet the limit sooner. A 429 waits out ``Retry-After`` before the next request of any
+channel. A channel the bot cannot read (``channel_not_found``, ``not_in_channel``,
+``missing_scope``) is forgotten with a warning; a refused token ends inbound, as it does on the
+socket; any other failure (Slack's 5xx, the network, the core's sink) reads that channel again
+later from the same position, its live messages still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import anyio
+
+from bridge_core import (
+    Forbidden,
+    InboundMessage,
+    InboundSink,
+    MessageRejected,
+    NotFound,
+    RateLimited,
+    Unreachable,
+)
+from bridge_slack.backfill import GAP_CAP, Positions, read_gap, ts_key
+from bridge_slack.events import from_history
+
+__all__ = [
+    "FLUSH_INTERVAL",
+    "HELD_CAP",
+    "LOAD_WAIT",
+    "RATE_LIMIT_WAIT",
+    "RETRY_WAIT",
+    "UNREADABLE",
+    "Receiver",
+]
+
+log = logging.getLogger("bridge_slack")
+
+FLUSH_INTERVAL = 2.0
+"""Seconds between writes of the positions while messages arrive (none while idle): a write per
+message would cost a store write per message; a crash loses at most this much progress, read
+again at the next start and dropped by the core's dedup."""
+
+LOAD_WAIT = 30.0
+"""Seconds a live message waits for ``receive`` to read the positions when the HTTP route came
+first (the gateway calls ``receive`` at once after serving it); past it, it is handed on."""
+
+RATE_LIMIT_WAIT = 60.0
+"""Seconds waited after a 429 that gave no usable ``Retry-After``: the slowest tier's minute."""
+
+RETRY_WAIT = 30.0
+"""First wait before a channel whose read-back failed is read again, doubling to 300 s, as the
+core's reconnect watcher backs off."""
+
+HELD_CAP = GAP_CAP
+"""Most live messages held per channel while its gap is read. Past it the oldest held is
+dropped, and the channel is read again once its gap is in: a read made after a message arrived
+has it."""
+
+UNREADABLE = {
+    "channel_not_found": "the channel is gone, or private and the bot is no longer in it",
+    "not_in_channel": "the bot is not a member of the channel",
+    "missing_scope": "the app lacks the channel type's history scope (channels:history, "
+    "groups:history, im:history or mpim:history)",
+}
+"""``conversations.history`` refusals that are the channel's: it is forgotten, not retried. A
+person's next message there remembers it again."""
+
+History = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+OwnIds = Callable[[], tuple[str | None, str | None]]
+
+
+class _Unreadable(Exception):
+    """Slack refused to read this channel's history for a reason that is the channel's."""
+
+
+@dataclass(eq=False)
+class _Lane:
+    # asyncio's lock: first to wait, first to get it, as documented; slack-sdk and aiohttp run
+    # on asyncio only.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    shut: bool = False  # its gap is not handed over yet: live messages are held
+    held: list[tuple[InboundMessage, InboundSink]] = field(default_factory=list)
+    overflowed: bool = False  # a held message was dropped: read the channel once more
+    failed: set[str] = field(default_factory=set)  # ts the sink refused, not yet taken since
+    newest: str | None = None  # the newest ts taken while ``failed`` holds the position back
+    users: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return not (self.shut or self.held or self.failed or self.users)
+
+
+def _ts_of(message: InboundMessage) -> str:
+    # to_inbound builds every Slack message id as "{channel}:{ts}"
+    return message.message_id.rpartition(":")[2]
+
+
+class Receiver:
+    """One provider's inbound lanes and read-back. ``live`` is what both inbound paths call
+    with each person's message; ``start`` shuts the remembered channels' lanes; ``run`` reads
+    their gaps, then writes the positions every ``FLUSH_INTERVAL`` until cancelled."""
+
+    def __init__(self, *, profile: str, own_ids: OwnIds) -> None:
+        self._profile = profile
+        self._own_ids = own_ids
+        self._positions: Positions | None = None
+        self._lanes: dict[str, _Lane] = {}
+        self._loading: anyio.Event | None = None
+        self._closed = False
+        self._not_before = 0.0  # anyio's clock: no history request before it (a 429's wait)
+
+    # ------------------------------------------------------------------ live
+
+    def expect(self) -> None:
+        """Inbound is about to start: live messages wait for ``start`` (or ``close``), at most
+        ``LOAD_WAIT``, so none overtakes a gap not yet known to be there."""
+        if self._loading is None:
+            self._loading = anyio.Event()
+
+    def start(self, positions: Positions | None) -> None:
+        """Shut the lane of every channel ``positions`` remembers; ``None``: no read-back."""
+        self._positions = positions
+        self._closed = False  # an embedder's provider is given its receive again after a drop
+        if positions is not None:
+            for channel in positions.channels():
+                self._lane(channel).shut = True
+        if self._loading is not None:
+            self._loading.set()
+
+    async def live(self, message: InboundMessage, sink: InboundSink) -> None:
+        """Hand a live message on; raises what the sink raised (the caller leaves it
+        unacknowledged, and Slack sends it again). Returns at once for a shut lane."""
+        if self._loading is not None:
+            # a route served with no receive to start it must not hold its messages for ever
+            with anyio.move_on_after(LOAD_WAIT):
+                await self._loading.wait()
+        if self._positions is None or self._closed:
+            await sink(message)
+            return
+        channel, ts = message.channel, _ts_of(message)
+        lane = self._lane(channel)
+        if lane.shut:
+            lane.held.append((message, sink))
+            if len(lane.held) > HELD_CAP:
+                del lane.held[0]
+                lane.overflowed = True
+            return
+        lane.users += 1
+        try:
+            async with lane.lock:
+                await self._deliver(lane, channel, ts, message, sink, remember=True)
+        finally:
+            lane.users -= 1
+            self._drop_if_idle(channel, lane)
+
+    async def _deliver(
+        self,
+        lane: _Lane,
+        channel: str,
+        ts: str,
+        message: InboundMessage,
+        sink: InboundSink,
+        *,
+        remember: bool,
+    ) -> None:
+        try:
+            await sink(message)
+        except BaseException:
+            # The position must not pass it, until Slack's resend of it is taken.
+            lane.failed.add(ts)
+            raise
+        lane.failed.discard(ts)
+        self._advance(lane, channel, ts, remember=remember)
+
+    def _advance(self, lane: _Lane, channel: str, ts: str, *, remember: bool) -> None:
+        key = ts_key(ts)
+        if key is None or self._positions is None:
+            return
+        newest = ts_key(lane.newest)
+        if newest is None or key > newest:
+            lane.newest = ts
+        if not lane.failed and lane.newest is not None:
+            self._positions.advance(channel, lane.newest, remember=remember)
+            lane.newest = None
+
+    def _lane(self, channel: str) -> _Lane:
+        lane = self._lanes.get(channel)
+        if lane is None:
+            lane = self._lanes[channel] = _Lane()
+        return lane
+
+    def _drop_if_idle(self, channel: str, lane: _Lane) -> None:
+        if lane.idle and lane.newest is None and self._lanes.get(channel) is lane:
+            del self._lanes[channel]
+
+    # ------------------------------------------------------------------ read-back
+
+    async def run(
+        self, sink: InboundSink, history: History, *, connected: anyio.Event | None = None
+    ) -> NoReturn:
+        """Read the shut channels' gaps (after ``connected``: the socket's hello, so nothing
+        written meanwhile falls between the read and the socket), then write the positions
+        every ``FLUSH_INTERVAL`` until cancelled. Raises ``Unreachable`` for a refused token."""
+        try:
+            if connected is not None:
+                await connected.wait()
+            await self._backfill(sink, history)
+            while True:
+                await anyio.sleep(FLUSH_INTERVAL)
+                await self.flush()
+        finally:
+            self.close()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10.0):
+                await self.flush()
+
+    async def _backfill(self, sink: InboundSink, history: History) -> None:
+        pending = [channel for channel, lane in self._lanes.items() if lane.shut]
+        pending.sort(key=self._recency())
+        attempt = 0
+        while pending:
+            again = [c for c in pending if not await self._catch_up(c, sink, history)]
+            await self.flush()
+            if again:
+                wait = min(300.0, RETRY_WAIT * 2.0**attempt)
+                log.warning(
+                    "Slack profile %s: reading back %d channel(s) failed; trying again in "
+                    "%g s, their live messages held until then",
+                    self._profile,
+                    len(again),
+                    wait,
+                )
+                await anyio.sleep(wait)
+                attempt += 1
+            pending = again
+
+    def _recency(self) -> Callable[[str], int]:
+        assert self._positions is not None
+        order = {channel: i for i, channel in enumerate(self._positions.channels())}
+        return lambda channel: order.get(channel, len(order))
+
+    async def _catch_up(self, channel: str, sink: InboundSink, history: History) -> bool:
+        """Hand over one channel's gap, then its held messages, and open its lane; False when
+        it is to be tried again. ``Unreachable`` goes up: inbound ends."""
+        lane = self._lane(channel)
+        try:
+            async with lane.lock:
+                while True:
+                    read_through = await self._read_back(channel, lane, sink, history)
+                    await self._release_held(channel, lane, read_through)
+                    if not lane.overflowed:
+                        break
+                    lane.overflowed = False
+        except Unreachable:
+            raise
+        except _Unreadable as exc:
+            reason = str(exc)
+            log.warning(
+                "Slack profile %s: channel %s cannot be read back (%s: %s); it is forgotten, "
+                "and messages sent there while inbound was down are not delivered",
+                self._profile,
+                channel,
+                reason,
+                UNREADABLE.get(reason, "asking again cannot help"),
+            )
+            assert self._positions is not None
+            self._positions.forget(channel)
+            return await self._release_forgotten(channel, lane)
+        except Exception as exc:
+            log.warning(
+                "Slack profile %s: reading back channel %s failed (%r)", self._profile, channel, exc
+            )
+            return False
+        lane.shut = False
+        self._drop_if_idle(channel, lane)
+        return True
+
+    async def _release_forgotten(self, channel: str, lane: _Lane) -> bool:
+        """Hand on a forgotten channel's held messages and open its lane; False when the sink
+        failed one (tried again later, from the one that failed)."""
+        try:
+            async with lane.lock:
+                await self._release_held(channel, lane, None)
+        except Exception as exc:
+            log.warning(
+                "Slack profile %s: handing on channel %s's held messages failed (%r)",
+                self._profile,
+                channel,
+                exc,
+            )
+            return False
+        lane.shut = False
+        self._drop_if_idle(channel, lane)
+        return True
+
+    async def _read_back(
+        self, channel: str, lane: _Lane, sink: InboundSink, history: History
+    ) -> tuple[int, int] | None:
+        """Deliver the channel's gap; the key of the newest ts read, if any."""
+        assert self._positions is not None
+        oldest = self._positions.get(channel)
+        if oldest is None:
+            return None  # forgotten (pushed out by newer channels) since it was shut
+
+        async def page(arguments: dict[str, Any]) -> dict[str, Any]:
+            return await self._page(channel, arguments, history)
+
+        gap, _ = await read_gap(page, oldest=oldest, profile=self._profile, channel=channel)
+        delivered = 0
+        for ts, data in gap:
+            message = from_history(
+                data, channel=channel, profile=self._profile, own_ids=self._own_ids()
+            )
+            if message is not None:
+                await self._deliver(lane, channel, ts, message, sink, remember=False)
+                delivered += 1
+            else:
+                self._advance(lane, channel, ts, remember=False)
+        if delivered:
+            log.info(
+                "Slack profile %s: delivered %d message(s) written in channel %s while inbound "
+                "was down",
+                self._profile,
+                delivered,
+                channel,
+            )
+        return ts_key(gap[-1][0]) if gap else None
+
+    async def _release_held(
+        self, channel: str, lane: _Lane, read_through: tuple[int, int] | None
+    ) -> None:
+        """The held live messages, in the order they came, but those the read already had.
+        One that fails stays first in line: the channel's next read has it, since the
+        position stays before it."""
+        while lane.held:
+            message, sink = lane.held[0]
+            ts = _ts_of(message)
+            key = ts_key(ts)
+            if read_through is None or key is None or key > read_through:
+                await self._deliver(lane, channel, ts, message, sink, remember=True)
+            del lane.held[0]
+
+    async def _page(
+        self, channel: str, arguments: dict[str, Any], history: History
+    ) -> dict[str, Any]:
+        """One ``conversations.history`` answer; a 429 waits as Slack says (every channel's
+        next request waits with it) and asks again."""
+        while True:
+            wait = self._not_before - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
+            try:
+                answer = await history(channel, arguments)
+            except (Forbidden, NotFound, MessageRejected) as exc:
+                raise _Unreadable(str(exc)) from None  # asking again cannot help
+            except RateLimited as exc:
+                wait = RATE_LIMIT_WAIT if exc.retry_after is None else exc.retry_after
+                self._not_before = anyio.current_time() + wait
+                log.info(
+                    "Slack profile %s: reading back channel %s is rate limited; waiting %g s",
+                    self._profile,
+                    channel,
+                    wait,
+                )
+                continue
+            error = answer.get("error")
+            if answer.get("ok") is False and isinstance(error, str):
+                raise _Unreadable(error)
+            return answer
+
+    # ------------------------------------------------------------------ positions
+
+    async def flush(self) -> None:
+        if self._positions is None:
+            return
+        try:
+            await self._positions.flush()
+        except Exception as exc:
+            # Not fatal: positions only move forward in memory, and the next write carries them.
+            log.warning(
+                "Slack profile %s: writing the backfill positions failed (%r); retrying",
+                self._profile,
+                exc,
+            )
+
+    def close(self) -> None:
+        """Inbound is over: open every lane. What is held is dropped undelivered; it was
+        acknowledged, and the stored position, before it, reads it back at the next start."""
+        self._closed = True
+        for lane in self._lanes.values():
+            lane.shut = False
+            lane.held.clear()
+        if self._loading is not None:
+            self._loading.set()
