@@ -13,6 +13,7 @@ import anyio
 import pytest
 from click.testing import CliRunner
 
+from bridge_core.cli import build_cli
 from bridge_core.commands import run
 from bridge_core.config import load_config
 from bridge_core.runtime.gateway import Gateway
@@ -76,7 +77,9 @@ def test_run_freezes_the_startup_objects_once_the_gateway_serves(
 
     monkeypatch.setattr(run, "serve", fake_serve)
     monkeypatch.setattr(run, "exit_process", lambda code: None)
-    result = CliRunner().invoke(run.command, ["-c", str(config_file)])
+    # Through the group, as a user runs it: click caches a command's help option the first
+    # time it is asked for, so invoking the bare command would leave `run` without `-h`.
+    result = CliRunner().invoke(build_cli(), ["run", "-c", str(config_file)])
     assert result.exit_code == 0, result.output
     assert frozen["starting"] == 0  # nothing is frozen while the gateway starts
     assert frozen["serving"] > 10_000  # the modules, plugins and config, once it serves
