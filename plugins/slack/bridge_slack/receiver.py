@@ -74,9 +74,10 @@ RETRY_WAIT = 30.0
 core's reconnect watcher backs off."""
 
 HELD_CAP = GAP_CAP
-"""Most live messages held per channel while its gap is read. Past it the oldest held is
-dropped, and the channel is read again once its gap is in: a read made after a message arrived
-has it."""
+"""Most live messages held per channel while its gap is read. Past it the newest are dropped
+(and every later one until the channel is read again), and the channel is read again once what
+is held is handed on, from the newest held: a read made after a message arrived has it. Dropping
+the oldest instead would let the held ones move the position past them."""
 
 UNREADABLE = {
     "channel_not_found": "the channel is gone, or private and the bot is no longer in it",
@@ -102,7 +103,7 @@ class _Lane:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     shut: bool = False  # its gap is not handed over yet: live messages are held
     held: list[tuple[InboundMessage, InboundSink]] = field(default_factory=list)
-    overflowed: bool = False  # a held message was dropped: read the channel once more
+    overflowed: bool = False  # a live message was dropped: read the channel once more
     failed: set[str] = field(default_factory=set)  # ts the sink refused, not yet taken since
     newest: str | None = None  # the newest ts taken while ``failed`` holds the position back
     users: int = 0
@@ -162,10 +163,13 @@ class Receiver:
         channel, ts = message.channel, _ts_of(message)
         lane = self._lane(channel)
         if lane.shut:
-            lane.held.append((message, sink))
-            if len(lane.held) > HELD_CAP:
-                del lane.held[0]
+            # Past the cap the newest are dropped, and so is every later one until the channel
+            # is read again: what is held stays a run with nothing missing before it, so handing
+            # it on never moves the position past a dropped message.
+            if lane.overflowed or len(lane.held) >= HELD_CAP:
                 lane.overflowed = True
+            else:
+                lane.held.append((message, sink))
             return
         lane.users += 1
         try:
@@ -267,11 +271,11 @@ class Receiver:
         try:
             async with lane.lock:
                 while True:
+                    lane.overflowed = False  # this read has whatever was dropped before it
                     read_through = await self._read_back(channel, lane, sink, history)
                     await self._release_held(channel, lane, read_through)
                     if not lane.overflowed:
                         break
-                    lane.overflowed = False
         except Unreachable:
             raise
         except _Unreadable as exc:
@@ -411,5 +415,6 @@ class Receiver:
         for lane in self._lanes.values():
             lane.shut = False
             lane.held.clear()
+            lane.overflowed = False
         if self._loading is not None:
             self._loading.set()

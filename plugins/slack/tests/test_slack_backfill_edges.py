@@ -1,0 +1,163 @@
+"""The read-back's edges, on the receiver itself with a small in-memory history: a sink that
+fails, a held queue that overflows, a read that fails and backs off, positions that never come,
+a second ``receive``, and Slack's pagination as documented (a page may hold fewer messages than
+asked, even none, while ``next_cursor`` says more follow)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import anyio
+import pytest
+from bridge_slack import receiver as receiver_module
+from bridge_slack.backfill import Positions, ts_key
+from bridge_slack.receiver import Receiver
+
+from bridge_core import InboundMessage, TransportError
+from bridge_core.ledger.kv import MemoryKeyValueStore
+
+pytestmark = pytest.mark.anyio
+
+CHANNEL = "C0GENERAL"
+USER = "U0PERSON"
+PROFILE = "team"
+
+
+def ts_of(number: int) -> str:
+    return f"1700000000.{number:06d}"
+
+
+def live_message(number: int, channel: str = CHANNEL) -> InboundMessage:
+    ts = ts_of(number)
+    return InboundMessage(
+        message_id=f"{channel}:{ts}",
+        channel=channel,
+        author=USER,
+        text=f"m{number}",
+        at=float(ts),
+        platform="slack",
+        profile=PROFILE,
+    )
+
+
+class History:
+    """``conversations.history`` as Slack documents it: newest first, ``oldest`` exclusive,
+    ``limit`` per page (``page_size`` lowers it), an opaque cursor while ``has_more``."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, list[int]] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.failures = 0  # the next N requests fail as Slack's 5xx does
+        self.page_size = 999
+
+    def write(self, number: int, channel: str = CHANNEL) -> None:
+        self.messages.setdefault(channel, []).append(number)
+
+    async def __call__(self, channel: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(dict(arguments))
+        await anyio.lowlevel.checkpoint()
+        if self.failures:
+            self.failures -= 1
+            raise TransportError("Slack conversations.history failed with HTTP 503")
+        floor = ts_key(arguments["oldest"])
+        assert floor is not None
+        before = None
+        if arguments.get("cursor"):
+            before = int(base64.b64decode(arguments["cursor"]).decode())
+        found = sorted(
+            (
+                n
+                for n in self.messages.get(channel, [])
+                if (ts_key(ts_of(n)) or (0, 0)) > floor and (before is None or n < before)
+            ),
+            reverse=True,
+        )
+        limit = min(int(arguments.get("limit", 100)), self.page_size)
+        page = found[:limit]
+        more = len(found) > limit
+        cursor = base64.b64encode(str(page[-1]).encode()).decode() if more else ""
+        return {
+            "ok": True,
+            "messages": [
+                {"type": "message", "user": USER, "text": f"m{n}", "ts": ts_of(n)} for n in page
+            ],
+            "has_more": more,
+            "response_metadata": {"next_cursor": cursor},
+        }
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.messages: list[InboundMessage] = []
+        self.refuse: set[str] = set()  # texts refused once each
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: InboundMessage) -> None:
+        await anyio.lowlevel.checkpoint()
+        if message.text in self.refuse:
+            self.refuse.discard(message.text)
+            raise RuntimeError("the core could not store it")
+        self.messages.append(message)
+        self._changed.set()
+
+    async def count(self, count: int) -> None:
+        """Until ``count`` messages are in (or 5 s passed: the assertion after says what is)."""
+        with anyio.move_on_after(5):
+            while len(self.messages) < count:
+                self._changed = anyio.Event()
+                await self._changed.wait()
+
+    @property
+    def texts(self) -> list[str]:
+        return [m.text for m in self.messages]
+
+
+async def remembered(kv: MemoryKeyValueStore, number: int) -> Positions:
+    """Positions that remember CHANNEL at message ``number`` (as a previous run left them)."""
+    positions = Positions(kv, profile=PROFILE)
+    positions.advance(CHANNEL, ts_of(number), remember=True)
+    await positions.flush()
+    positions = Positions(kv, profile=PROFILE)
+    await positions.load()
+    return positions
+
+
+# ---------------------------------------------------------------------- holding
+
+
+async def test_live_messages_past_the_held_cap_are_neither_lost_nor_delivered_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More live messages than the held cap arrive while the gap is read: every message is
+    delivered once, in order, and the position ends on the newest."""
+    monkeypatch.setattr(receiver_module, "HELD_CAP", 3)
+    kv = MemoryKeyValueStore()
+    positions = await remembered(kv, 1)
+    history, sink = History(), Sink()
+    history.write(1)
+    history.write(2)  # written while down
+    gate = anyio.Event()
+    reading = anyio.Event()
+    plain = history.__call__
+
+    async def held_first_read(channel: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        answer = await plain(channel, arguments)  # the read is made now ...
+        reading.set()
+        await gate.wait()  # ... and answered after the live messages below came
+        return answer
+
+    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
+    receiver.start(positions)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(receiver.run, sink, held_first_read)
+        await reading.wait()
+        for number in range(3, 10):  # seven live messages, cap three
+            history.write(number)
+            await receiver.live(live_message(number), sink)
+        gate.set()
+        await sink.count(8)
+        await anyio.sleep(0.05)
+        tasks.cancel_scope.cancel()
+    assert sink.texts == [f"m{n}" for n in range(2, 10)]
+    assert positions.get(CHANNEL) == ts_of(9)
