@@ -62,9 +62,11 @@ FLUSH_INTERVAL = 2.0
 message would cost a store write per message; a crash loses at most this much progress, read
 again at the next start and dropped by the core's dedup."""
 
-LOAD_WAIT = 30.0
+LOAD_WAIT = 1.0
 """Seconds a live message waits for ``receive`` to read the positions when the HTTP route came
-first (the gateway calls ``receive`` at once after serving it); past it, it is handed on."""
+first (the gateway calls ``receive`` at once after serving it); past it, it is handed on, and
+no later message waits until a ``receive`` starts. The wait is inside the Events API request,
+which Slack gives 3 s before it counts a timeout and sends the event again."""
 
 RATE_LIMIT_WAIT = 60.0
 """Seconds waited after a 429 that gave no usable ``Retry-After``: the slowest tier's minute."""
@@ -137,8 +139,8 @@ class Receiver:
     def expect(self) -> None:
         """Inbound is about to start: live messages wait for ``start`` (or ``close``), at most
         ``LOAD_WAIT``, so none overtakes a gap not yet known to be there."""
-        if self._loading is None:
-            self._loading = anyio.Event()
+        if self._loading is None or self._loading.is_set():
+            self._loading = anyio.Event()  # a later receive loads the positions afresh
 
     def start(self, positions: Positions | None) -> None:
         """Shut the lane of every channel ``positions`` remembers; ``None``: no read-back."""
@@ -153,10 +155,13 @@ class Receiver:
     async def live(self, message: InboundMessage, sink: InboundSink) -> None:
         """Hand a live message on; raises what the sink raised (the caller leaves it
         unacknowledged, and Slack sends it again). Returns at once for a shut lane."""
-        if self._loading is not None:
-            # a route served with no receive to start it must not hold its messages for ever
+        loading = self._loading
+        if loading is not None and not loading.is_set():
+            # a route served with no receive to start it must not hold its messages for ever,
+            # nor each one in turn: one wait is enough to tell
             with anyio.move_on_after(LOAD_WAIT):
-                await self._loading.wait()
+                await loading.wait()
+            loading.set()
         if self._positions is None or self._closed:
             await sink(message)
             return

@@ -10,12 +10,20 @@ from typing import Any
 
 import anyio
 import pytest
+from bridge_slack import SlackProvider, SlackSettings
 from bridge_slack import receiver as receiver_module
 from bridge_slack.backfill import Positions, ts_key
 from bridge_slack.receiver import Receiver
+from bridge_slack.testing.fake_slack import (
+    FakeSlack,
+    event_callback,
+    message_event,
+    signed_headers,
+)
 
 from bridge_core import InboundMessage, TransportError
 from bridge_core.ledger.kv import MemoryKeyValueStore
+from bridge_core.provider import HttpRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -161,3 +169,87 @@ async def test_live_messages_past_the_held_cap_are_neither_lost_nor_delivered_tw
         tasks.cancel_scope.cancel()
     assert sink.texts == [f"m{n}" for n in range(2, 10)]
     assert positions.get(CHANNEL) == ts_of(9)
+
+
+# ---------------------------------------------------------------------- positions not loaded
+
+
+def http_settings(fake: FakeSlack, secret: str) -> SlackSettings:
+    return SlackSettings(
+        bot_token=fake.token,
+        signing_secret=secret,
+        api_base_url=fake.api_url,
+        bot_user_id=fake.bot_user_id,
+        timeout=2.0,
+    )
+
+
+def signed(secret: str, fake: FakeSlack, text: str) -> HttpRequest:
+    ts = fake.add_foreign_message("C0GENERAL", text, user=USER)
+    event = message_event(channel="C0GENERAL", text=text, user=USER, ts=ts)
+    body = event_callback(event, event_id=f"Ev{ts}")
+    return HttpRequest(
+        method="POST", path="/slack/events", headers=signed_headers(secret, body), body=body
+    )
+
+
+async def test_with_no_receive_an_event_is_answered_within_slacks_3_s_and_later_ones_at_once(
+    fake_slack: FakeSlack, signing_secret: str
+) -> None:
+    """An embedder serves only ``http_routes``: the positions never load. The first event may
+    wait for them, but its answer still comes within Slack's 3 s, and later ones do not wait."""
+    provider = SlackProvider(
+        http_settings(fake_slack, signing_secret), profile=PROFILE, kv=MemoryKeyValueStore()
+    )
+    sink = Sink()
+    [route] = provider.http_routes(sink)
+    try:
+        with anyio.fail_after(2.5):
+            first = await route.handler(signed(signing_secret, fake_slack, "first"))
+        with anyio.fail_after(0.5):
+            second = await route.handler(signed(signing_secret, fake_slack, "second"))
+    finally:
+        await provider.aclose()
+    assert (first.status, second.status) == (200, 200)
+    assert sink.texts == ["first", "second"]
+
+
+class SlowStore(MemoryKeyValueStore):
+    """A store whose reads take ``delay`` seconds (a remote database under load)."""
+
+    delay = 0.0
+
+    async def get(self, namespace: str, key: str) -> bytes | None:
+        await anyio.sleep(self.delay)
+        return await super().get(namespace, key)
+
+
+async def test_a_second_receive_holds_live_events_behind_its_read_back_as_the_first_did(
+    fake_slack: FakeSlack, signing_secret: str
+) -> None:
+    """The gateway's watcher gives an embedder's provider ``receive`` again after it ended: a
+    live event that comes while that second ``receive`` loads the positions still follows the
+    channel's gap."""
+    kv = SlowStore()
+    provider = SlackProvider(http_settings(fake_slack, signing_secret), profile=PROFILE, kv=kv)
+    sink = Sink()
+    [route] = provider.http_routes(sink)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, sink)
+            assert (await route.handler(signed(signing_secret, fake_slack, "seen"))).status == 200
+            await sink.count(1)
+            tasks.cancel_scope.cancel()
+        signed(signing_secret, fake_slack, "while down")  # written, its event never came
+        kv.delay = 0.3
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, sink)
+            await anyio.sleep(0.05)  # receive is reading the positions
+            with anyio.fail_after(2.5):
+                live = await route.handler(signed(signing_secret, fake_slack, "live"))
+            assert live.status == 200
+            await sink.count(3)
+            tasks.cancel_scope.cancel()
+    finally:
+        await provider.aclose()
+    assert sink.texts == ["seen", "while down", "live"]
