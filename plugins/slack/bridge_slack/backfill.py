@@ -49,6 +49,10 @@ GAP_PAGE = 200
 Slack may answer fewer (15 for commercially distributed apps outside the Marketplace); the cursor
 then simply takes more pages."""
 
+_EMPTY_PAGES = 5
+"""Empty pages in a row, each with a new cursor, after which a read stops (what is left is
+warned about as past the cap is)."""
+
 REMEMBERED_CHANNELS = 500
 """Most channels remembered per profile; past it the least recently active is forgotten."""
 
@@ -197,6 +201,8 @@ async def read_gap(
     assert floor is not None
     found: dict[tuple[int, int], tuple[str, dict[str, Any]]] = {}
     cursor: str | None = None
+    seen: set[str] = set()  # a cursor that comes round again would page for ever
+    empty = 0  # pages in a row that held nothing: Slack may answer one, but not for ever
     left_unread = False
     while True:
         arguments: dict[str, Any] = {"oldest": oldest, "limit": min(GAP_PAGE, cap - len(found))}
@@ -216,16 +222,30 @@ async def read_gap(
         if len(found) >= cap:
             left_unread = more or len(found) > cap
             break
-        if not more or not messages or following == cursor:
-            break  # an empty page or a repeated cursor would never reach ``oldest``
+        empty = 0 if messages else empty + 1
+        # Slack: a page may hold fewer results than asked, even none, while more follow; only
+        # the cursor tells. One seen before, or page after empty page, would never end.
+        if not more or following in seen or empty >= _EMPTY_PAGES:
+            left_unread = more
+            break
+        assert isinstance(following, str)
+        seen.add(following)
         cursor = following
     newest_first = sorted(found.items(), reverse=True)[:cap]
-    if left_unread:
+    if left_unread and len(found) >= cap:
         log.warning(
             "Slack profile %s: channel %s had more than %d messages while inbound was down; "
             "the older ones are not delivered",
             profile,
             channel,
             cap,
+        )
+    elif left_unread:
+        log.warning(
+            "Slack profile %s: channel %s's history pages came round again or kept coming "
+            "empty; the %d message(s) read are delivered, the older ones are not delivered",
+            profile,
+            channel,
+            len(found),
         )
     return [pair for _, pair in reversed(newest_first)], left_unread

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from bridge_slack import SlackProvider, SlackSettings
 from bridge_slack import receiver as receiver_module
-from bridge_slack.backfill import Positions, ts_key
+from bridge_slack.backfill import Positions, read_gap, ts_key
 from bridge_slack.receiver import Receiver
 from bridge_slack.testing.fake_slack import (
     FakeSlack,
@@ -253,3 +253,56 @@ async def test_a_second_receive_holds_live_events_behind_its_read_back_as_the_fi
     finally:
         await provider.aclose()
     assert sink.texts == ["seen", "while down", "live"]
+
+
+# ---------------------------------------------------------------------- pagination
+
+
+def scripted(pages: dict[str | None, tuple[list[int], str]]) -> Any:
+    """A ``page`` function answering each cursor with its messages and its next cursor."""
+    asked: list[str | None] = []
+
+    async def page(arguments: dict[str, Any]) -> dict[str, Any]:
+        await anyio.lowlevel.checkpoint()
+        cursor = arguments.get("cursor")
+        asked.append(cursor)
+        numbers, following = pages[cursor]
+        return {
+            "ok": True,
+            "messages": [{"type": "message", "ts": ts_of(n)} for n in numbers],
+            "has_more": bool(following),
+            "response_metadata": {"next_cursor": following},
+        }
+
+    page.asked = asked  # type: ignore[attr-defined]
+    return page
+
+
+async def test_an_empty_page_with_a_next_cursor_does_not_end_the_gap() -> None:
+    """Slack: a page may hold fewer results than asked, even when more follow; only
+    ``next_cursor`` says whether they do."""
+    page = scripted({None: ([5, 4], "a"), "a": ([], "b"), "b": ([3, 2], "")})
+    gap, left_unread = await read_gap(page, oldest=ts_of(1), profile=PROFILE, channel=CHANNEL)
+    assert [ts for ts, _ in gap] == [ts_of(n) for n in (2, 3, 4, 5)]
+    assert not left_unread
+
+
+async def test_cursors_that_come_round_again_end_the_read() -> None:
+    page = scripted({None: ([5], "a"), "a": ([4], "b"), "b": ([3], "a")})
+    with anyio.fail_after(2):
+        gap, _ = await read_gap(page, oldest=ts_of(1), profile=PROFILE, channel=CHANNEL)
+    assert [ts for ts, _ in gap] == [ts_of(n) for n in (3, 4, 5)]
+    assert len(page.asked) == 3
+
+
+async def test_empty_pages_that_never_end_end_the_read_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pages: dict[str | None, tuple[list[int], str]] = {None: ([5], "c0")}
+    pages.update({f"c{n}": ([], f"c{n + 1}") for n in range(100)})
+    page = scripted(pages)
+    gap, left_unread = await read_gap(page, oldest=ts_of(1), profile=PROFILE, channel=CHANNEL)
+    assert [ts for ts, _ in gap] == [ts_of(5)]
+    assert left_unread
+    assert len(page.asked) < 10
+    assert any("not delivered" in r.getMessage() for r in caplog.records)
