@@ -232,17 +232,30 @@ class Receiver:
         """Read the shut channels' gaps (after ``connected``: the socket's hello, so nothing
         written meanwhile falls between the read and the socket), then write the positions
         every ``FLUSH_INTERVAL`` until cancelled. Raises ``Unreachable`` for a refused token."""
+        ended: list[Unreachable] = []
         try:
-            if connected is not None:
-                await connected.wait()
-            await self._backfill(sink, history)
-            while True:
-                await anyio.sleep(FLUSH_INTERVAL)
-                await self.flush()
+            async with anyio.create_task_group() as tasks:
+                # written all along: a channel backing off (up to 300 s) holds no other back
+                tasks.start_soon(self._flush_every)
+                try:
+                    if connected is not None:
+                        await connected.wait()
+                    await self._backfill(sink, history)
+                except Unreachable as exc:  # raised below, on its own rather than in a group
+                    ended.append(exc)
+                    tasks.cancel_scope.cancel()
+                else:
+                    await anyio.sleep_forever()
+            raise ended[0]
         finally:
             self.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(10.0):
                 await self.flush()
+
+    async def _flush_every(self) -> NoReturn:
+        while True:
+            await anyio.sleep(FLUSH_INTERVAL)
+            await self.flush()
 
     async def _backfill(self, sink: InboundSink, history: History) -> None:
         pending = [channel for channel, lane in self._lanes.items() if lane.shut]

@@ -306,3 +306,94 @@ async def test_empty_pages_that_never_end_end_the_read_with_a_warning(
     assert left_unread
     assert len(page.asked) < 10
     assert any("not delivered" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------------- failures
+
+
+async def test_a_live_message_the_sink_refuses_holds_the_position_until_its_resend_is_taken() -> (
+    None
+):
+    kv = MemoryKeyValueStore()
+    positions = await remembered(kv, 1)
+    history, sink = History(), Sink()
+    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
+    receiver.start(positions)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(receiver.run, sink, history)
+        history.write(2)
+        await receiver.live(live_message(2), sink)  # held, then handed on after the (empty) gap
+        await sink.count(1)
+        assert positions.get(CHANNEL) == ts_of(2)
+        sink.refuse.add("m3")
+        with pytest.raises(RuntimeError):
+            await receiver.live(live_message(3), sink)  # unacknowledged: Slack sends it again
+        await receiver.live(live_message(4), sink)
+        assert positions.get(CHANNEL) == ts_of(2)  # not past m3, which the core has not got
+        await receiver.live(live_message(3), sink)  # Slack's resend
+        assert positions.get(CHANNEL) == ts_of(4)
+        tasks.cancel_scope.cancel()
+    assert sink.texts == ["m2", "m4", "m3"]
+    stored = Positions(kv, profile=PROFILE)
+    await stored.load()
+    assert stored.get(CHANNEL) == ts_of(4)
+
+
+async def test_a_failing_read_backs_off_and_its_held_messages_follow_the_gap_in_order(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(receiver_module, "RETRY_WAIT", 0.05)
+    kv = MemoryKeyValueStore()
+    positions = await remembered(kv, 1)
+    history, sink = History(), Sink()
+    history.write(2)  # written while down
+    history.failures = 3  # Slack's 5xx, three times
+    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
+    receiver.start(positions)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(receiver.run, sink, history)
+        for number in (3, 4):
+            history.write(number)
+            await receiver.live(live_message(number), sink)
+        await sink.count(3)
+        await receiver.live(live_message(5), sink)  # the lane is open now
+        tasks.cancel_scope.cancel()
+    assert sink.texts == ["m2", "m3", "m4", "m5"]
+    waits = [r.args[2] for r in caplog.records if "trying again" in r.getMessage()]
+    assert waits == [0.05, 0.1, 0.2]
+
+
+async def test_positions_are_written_while_a_failing_channel_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Open channels' progress is written every FLUSH_INTERVAL, not once per back-off (up to
+    300 s): a crash meanwhile would read it all back again."""
+    monkeypatch.setattr(receiver_module, "RETRY_WAIT", 60.0)
+    monkeypatch.setattr(receiver_module, "FLUSH_INTERVAL", 0.05)
+    kv = MemoryKeyValueStore()
+    positions = Positions(kv, profile=PROFILE)
+    positions.advance("C0BROKEN", ts_of(1), remember=True)
+    positions.advance(CHANNEL, ts_of(1), remember=True)
+    await positions.flush()
+    positions = Positions(kv, profile=PROFILE)
+    await positions.load()
+    history, sink = History(), Sink()
+
+    async def broken_too(channel: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if channel == "C0BROKEN":
+            raise TransportError("Slack conversations.history failed with HTTP 503")
+        return await history(channel, arguments)
+
+    history.failures = 0
+    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
+    receiver.start(positions)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(receiver.run, sink, broken_too)
+        await receiver.live(live_message(2), sink)
+        await sink.count(1)
+        await receiver.live(live_message(3), sink)  # CHANNEL's lane is open
+        await anyio.sleep(0.3)
+        stored = Positions(kv, profile=PROFILE)
+        await stored.load()
+        tasks.cancel_scope.cancel()
+    assert stored.get(CHANNEL) == ts_of(3)
