@@ -6,13 +6,14 @@ asked, even none, while ``next_cursor`` says more follow)."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import anyio
 import pytest
 from bridge_slack import SlackProvider, SlackSettings
 from bridge_slack import receiver as receiver_module
-from bridge_slack.backfill import Positions, read_gap, ts_key
+from bridge_slack.backfill import NAMESPACE, Positions, read_gap, ts_key
 from bridge_slack.receiver import Receiver
 from bridge_slack.testing.fake_slack import (
     FakeSlack,
@@ -20,6 +21,8 @@ from bridge_slack.testing.fake_slack import (
     message_event,
     signed_headers,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bridge_core import InboundMessage, TransportError
 from bridge_core.ledger.kv import MemoryKeyValueStore
@@ -397,3 +400,42 @@ async def test_positions_are_written_while_a_failing_channel_backs_off(
         await stored.load()
         tasks.cancel_scope.cancel()
     assert stored.get(CHANNEL) == ts_of(3)
+
+
+# ---------------------------------------------------------------------- the stored value
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+_rows = st.lists(
+    st.lists(st.sampled_from(["C0A", "C0B", "", "C 0", 1, None]) | st.text(max_size=5), max_size=3)
+    | st.tuples(
+        st.sampled_from(["C0A", "C0B", "é", "C0A\n"]),
+        st.sampled_from(["1.5", "1700000000.000001", "nan", "1e3", "\uff11.\uff15", "", 1.5, None]),
+    ).map(list),
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    raw=st.binary(max_size=64)
+    | _json_values.map(lambda v: json.dumps(v).encode())
+    | st.builds(
+        lambda v, rows: json.dumps({"v": v, "channels": rows}).encode(),
+        st.sampled_from([1, 1.0, True, "1", 2, None]),
+        _rows,
+    )
+)
+def test_any_stored_value_loads_or_is_replaced_never_raises(raw: bytes) -> None:
+    async def load() -> None:
+        kv = MemoryKeyValueStore()
+        await kv.put(NAMESPACE, PROFILE, raw)
+        positions = Positions(kv, profile=PROFILE)
+        await positions.load()
+        for channel in positions.channels():
+            assert ts_key(positions.get(channel)) is not None
+
+    anyio.run(load)
