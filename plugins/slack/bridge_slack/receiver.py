@@ -115,6 +115,19 @@ class _Lane:
         return not (self.shut or self.held or self.failed or self.users)
 
 
+@dataclass(frozen=True)
+class _Had:
+    """What a channel's read had: every message up to ``floor`` (its stored position) and those
+    listed after it. Not every message before the newest listed: ``conversations.history``
+    leaves replies in threads out, and a held reply must still be handed on."""
+
+    floor: tuple[int, int] | None
+    listed: set[tuple[int, int]]
+
+    def has(self, key: tuple[int, int]) -> bool:
+        return (self.floor is not None and key <= self.floor) or key in self.listed
+
+
 def _ts_of(message: InboundMessage) -> str:
     # to_inbound builds every Slack message id as "{channel}:{ts}"
     return message.message_id.rpartition(":")[2]
@@ -290,8 +303,8 @@ class Receiver:
             async with lane.lock:
                 while True:
                     lane.overflowed = False  # this read has whatever was dropped before it
-                    read_through = await self._read_back(channel, lane, sink, history)
-                    await self._release_held(channel, lane, read_through)
+                    had = await self._read_back(channel, lane, sink, history)
+                    await self._release_held(channel, lane, had)
                     if not lane.overflowed:
                         break
         except Unreachable:
@@ -338,12 +351,13 @@ class Receiver:
 
     async def _read_back(
         self, channel: str, lane: _Lane, sink: InboundSink, history: History
-    ) -> tuple[int, int] | None:
-        """Deliver the channel's gap; the key of the newest ts read, if any."""
+    ) -> _Had | None:
+        """Deliver the channel's gap; what the read had (or ``None``: it read nothing)."""
         assert self._positions is not None
         oldest = self._positions.get(channel)
         if oldest is None:
             return None  # forgotten (pushed out by newer channels) since it was shut
+        floor = ts_key(oldest)
 
         async def page(arguments: dict[str, Any]) -> dict[str, Any]:
             return await self._page(channel, arguments, history)
@@ -367,11 +381,10 @@ class Receiver:
                 delivered,
                 channel,
             )
-        return ts_key(gap[-1][0]) if gap else None
+        listed = {key for key in (ts_key(ts) for ts, _ in gap) if key is not None}
+        return _Had(floor, listed)
 
-    async def _release_held(
-        self, channel: str, lane: _Lane, read_through: tuple[int, int] | None
-    ) -> None:
+    async def _release_held(self, channel: str, lane: _Lane, had: _Had | None) -> None:
         """The held live messages, in the order they came, but those the read already had.
         One that fails stays first in line: the channel's next read has it, since the
         position stays before it."""
@@ -379,7 +392,7 @@ class Receiver:
             message, sink = lane.held[0]
             ts = _ts_of(message)
             key = ts_key(ts)
-            if read_through is None or key is None or key > read_through:
+            if had is None or key is None or not had.has(key):
                 await self._deliver(lane, channel, ts, message, sink, remember=True)
             del lane.held[0]
 

@@ -6,6 +6,7 @@ asked, even none, while ``next_cursor`` says more follow)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -439,3 +440,21 @@ def test_any_stored_value_loads_or_is_replaced_never_raises(raw: bytes) -> None:
             assert ts_key(positions.get(channel)) is not None
 
     anyio.run(load)
+
+
+async def test_a_held_thread_reply_older_than_the_newest_read_is_still_handed_on() -> None:
+    """``conversations.history`` does not list replies in threads: a held reply is not one the
+    read already had just because the read went past its ts."""
+    kv = MemoryKeyValueStore()
+    positions = await remembered(kv, 1)
+    history, sink = History(), Sink()
+    reply = dataclasses.replace(live_message(2), thread=ts_of(1), text="a reply")
+    history.write(3)  # a channel message after the reply, listed
+    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
+    receiver.start(positions)
+    await receiver.live(reply, sink)  # held: the channel's gap is not read yet
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(receiver.run, sink, history)
+        await sink.count(2)
+        tasks.cancel_scope.cancel()
+    assert sink.texts == ["m3", "a reply"]
