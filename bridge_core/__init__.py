@@ -38,6 +38,7 @@ from bridge_core.provider import (
     post_key,
     posting_with_key,
 )
+from bridge_core.read_back import ChannelPositions
 from bridge_core.retry_after import MAX_RETRY_AFTER, parse_retry_after, retry_after_header
 from bridge_core.text import (
     chunk,
@@ -59,6 +60,7 @@ __all__ = [
     "BridgeError",
     "MAX_RETRY_AFTER",
     "Capabilities",
+    "ChannelPositions",
     "ChatProvider",
     "ConnectionLost",
     "ErrorCode",

@@ -23,9 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
-from bridge_core import KeyValueStore, NotFound
+from bridge_core import ChannelPositions, KeyValueStore, NotFound
 from bridge_discord.inbound import snowflake
 
 __all__ = [
@@ -114,7 +112,7 @@ def _decode(raw: bytes, limit: int) -> OrderedDict[int, Position] | None:
     return channels
 
 
-class Positions:
+class Positions(ChannelPositions[int, Position]):
     """Each channel's ``Position``, held in memory and written to ``kv`` by ``flush``.
 
     ``advance`` is called only once the core accepted a message (or it was one the core never
@@ -125,38 +123,19 @@ class Positions:
     """
 
     def __init__(self, kv: KeyValueStore, *, profile: str, limit: int = REMEMBERED_CHANNELS):
-        self._kv = kv
-        self._profile = profile
-        self._limit = limit
-        self._channels: OrderedDict[int, Position] = OrderedDict()
-        self._dirty = False
-        self._writing = anyio.Lock()  # an older value must never land after a newer one
-
-    async def load(self) -> None:
-        """Read the stored positions; a value this module cannot read is logged and replaced
-        by an empty one, so inbound starts (without a backfill) rather than failing for ever."""
-        raw = await self._kv.get(NAMESPACE, self._profile)
-        if raw is None:
-            return
-        channels = _decode(raw, self._limit)
-        if channels is None:
-            log.warning(
-                "discord profile %s: the stored backfill positions (%d bytes) are not readable; "
-                "starting without them, so messages sent while the gateway was down are not "
-                "read back this time",
-                self._profile,
-                len(raw),
-            )
-            self._dirty = True  # the next flush replaces the bad value
-            return
-        self._channels = channels
+        super().__init__(
+            kv,
+            namespace=NAMESPACE,
+            profile=profile,
+            limit=limit,
+            encode=_encode,
+            decode=_decode,
+            log=log,
+        )
 
     def channels(self) -> list[tuple[int, Position]]:
         """The remembered channels, most recently active first (their gaps are read first)."""
-        return list(reversed(self._channels.items()))
-
-    def get(self, channel_id: int) -> Position | None:
-        return self._channels.get(channel_id)
+        return self.newest_first()
 
     def advance(
         self,
@@ -169,7 +148,7 @@ class Positions:
     ) -> None:
         """``message_id`` in ``channel_id`` was handled. ``remember``: a person's message, which
         makes a channel worth reading back; others only move a channel already remembered."""
-        known = self._channels.get(channel_id)
+        known = self.get(channel_id)
         if known is None and not remember:
             return
         if known is not None and message_id <= known.after:
@@ -177,27 +156,7 @@ class Positions:
         if known is not None:
             parent = parent if parent is not None else known.parent
             guild = guild if guild is not None else known.guild
-            del self._channels[channel_id]
-        self._channels[channel_id] = Position(message_id, parent, guild)
-        while len(self._channels) > self._limit:
-            self._channels.popitem(last=False)
-        self._dirty = True
-
-    def forget(self, channel_id: int) -> None:
-        if self._channels.pop(channel_id, None) is not None:
-            self._dirty = True
-
-    async def flush(self) -> None:
-        """Write the positions if they changed since the last write."""
-        async with self._writing:
-            if not self._dirty:
-                return
-            self._dirty = False
-            try:
-                await self._kv.put(NAMESPACE, self._profile, _encode(self._channels))
-            except BaseException:
-                self._dirty = True
-                raise
+        self.put(channel_id, Position(message_id, parent, guild))
 
 
 Fetch = Callable[[dict[str, int]], Awaitable[list[Any]]]

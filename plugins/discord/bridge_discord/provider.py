@@ -326,19 +326,7 @@ class DiscordProvider(ChatProvider):
             )
             return None
         positions = Positions(self._kv, profile=self._profile)
-        try:
-            await positions.load()
-        except Exception as exc:
-            # Reading the store failed (not a bad value): this run goes without a backfill
-            # and writes nothing, so the stored positions are there for the next one.
-            log.warning(
-                "discord profile %s: reading the backfill positions failed (%r); messages sent "
-                "while the gateway was down are not read back this time",
-                self._profile,
-                exc,
-            )
-            return None
-        return positions
+        return positions if await positions.load() else None
 
     async def _connect(self, client: BridgeClient) -> ProviderError:
         """Run the gateway until it ends; the error ``receive`` raises for how it ended."""

@@ -260,17 +260,8 @@ class Receiver:
             await self.flush()
 
     async def flush(self) -> None:
-        if self._positions is None:
-            return
-        try:
-            await self._positions.flush()
-        except Exception as exc:
-            # Not fatal: positions only move forward in memory, and the next write carries them.
-            log.warning(
-                "discord profile %s: writing the backfill positions failed (%r); retrying",
-                self._profile,
-                exc,
-            )
+        if self._positions is not None:
+            await self._positions.flush_or_log()
 
     def close(self) -> None:
         """The run is over: release every held live message undelivered (the next run reads

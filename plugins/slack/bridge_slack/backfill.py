@@ -20,9 +20,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
-from bridge_core import KeyValueStore
+from bridge_core import ChannelPositions, KeyValueStore
 
 __all__ = [
     "GAP_CAP",
@@ -103,7 +101,7 @@ def _decode(raw: bytes, limit: int) -> OrderedDict[str, str] | None:
     return channels
 
 
-class Positions:
+class Positions(ChannelPositions[str, str]):
     """Each channel's newest handled ``ts``, held in memory and written to ``kv`` by ``flush``.
 
     ``advance`` is called only once the core accepted a message, so a stored position never
@@ -113,38 +111,19 @@ class Positions:
     """
 
     def __init__(self, kv: KeyValueStore, *, profile: str, limit: int = REMEMBERED_CHANNELS):
-        self._kv = kv
-        self._profile = profile
-        self._limit = limit
-        self._channels: OrderedDict[str, str] = OrderedDict()
-        self._dirty = False
-        self._writing = anyio.Lock()  # an older value must never land after a newer one
-
-    async def load(self) -> None:
-        """Read the stored positions; a value this module cannot read is logged and replaced
-        by an empty one, so inbound starts (without a read-back) rather than failing for ever."""
-        raw = await self._kv.get(NAMESPACE, self._profile)
-        if raw is None:
-            return
-        channels = _decode(raw, self._limit)
-        if channels is None:
-            log.warning(
-                "Slack profile %s: the stored backfill positions (%d bytes) are not readable; "
-                "starting without them, so messages sent while inbound was down are not read "
-                "back this time",
-                self._profile,
-                len(raw),
-            )
-            self._dirty = True  # the next flush replaces the bad value
-            return
-        self._channels = channels
+        super().__init__(
+            kv,
+            namespace=NAMESPACE,
+            profile=profile,
+            limit=limit,
+            encode=_encode,
+            decode=_decode,
+            log=log,
+        )
 
     def channels(self) -> list[str]:
         """The remembered channels, most recently active first (their gaps are read first)."""
-        return list(reversed(self._channels))
-
-    def get(self, channel: str) -> str | None:
-        return self._channels.get(channel)
+        return [channel for channel, _ in self.newest_first()]
 
     def advance(self, channel: str, ts: str, *, remember: bool) -> None:
         """``ts`` in ``channel`` was handled. ``remember``: a person's message, which makes a
@@ -152,34 +131,14 @@ class Positions:
         key = ts_key(ts)
         if key is None or not _CHANNEL.fullmatch(channel):
             return
-        known = self._channels.get(channel)
+        known = self.get(channel)
         if known is None and not remember:
             return
         if known is not None:
             known_key = ts_key(known)
             if known_key is not None and key <= known_key:
                 return
-            del self._channels[channel]
-        self._channels[channel] = ts
-        while len(self._channels) > self._limit:
-            self._channels.popitem(last=False)
-        self._dirty = True
-
-    def forget(self, channel: str) -> None:
-        if self._channels.pop(channel, None) is not None:
-            self._dirty = True
-
-    async def flush(self) -> None:
-        """Write the positions if they changed since the last write."""
-        async with self._writing:
-            if not self._dirty:
-                return
-            self._dirty = False
-            try:
-                await self._kv.put(NAMESPACE, self._profile, _encode(self._channels))
-            except BaseException:
-                self._dirty = True
-                raise
+        self.put(channel, ts)
 
 
 Page = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -426,19 +426,7 @@ class SlackProvider(ChatProvider):
             )
             return None
         positions = Positions(self._kv, profile=self._profile)
-        try:
-            await positions.load()
-        except Exception as exc:
-            # Reading the store failed (not a bad value): this run goes without a read-back and
-            # writes nothing, so the stored positions are there for the next one.
-            logger.warning(
-                "Slack profile %s: reading the backfill positions failed (%r); messages sent "
-                "while inbound was down are not read back this time",
-                self._profile,
-                exc,
-            )
-            return None
-        return positions
+        return positions if await positions.load() else None
 
     def http_routes(self, sink: InboundSink) -> Sequence[HttpRoute]:
         """The Events API endpoint (``settings.events_path``); none without a signing secret,

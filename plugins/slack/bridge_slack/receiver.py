@@ -427,17 +427,8 @@ class Receiver:
     # ------------------------------------------------------------------ positions
 
     async def flush(self) -> None:
-        if self._positions is None:
-            return
-        try:
-            await self._positions.flush()
-        except Exception as exc:
-            # Not fatal: positions only move forward in memory, and the next write carries them.
-            log.warning(
-                "Slack profile %s: writing the backfill positions failed (%r); retrying",
-                self._profile,
-                exc,
-            )
+        if self._positions is not None:
+            await self._positions.flush_or_log()
 
     def close(self) -> None:
         """Inbound is over: open every lane. What is held is dropped undelivered; it was
