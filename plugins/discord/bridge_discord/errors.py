@@ -21,6 +21,7 @@ read as ``Unreachable`` and one malformed message gave up the whole channel.
 
 ``map_error(status=, body=, headers=, where=)`` reads an answer (every REST call,
 ``bridge_discord.rest``) and has the shape of every shipped plugin's mapper and the template's.
+``is_global_limit(body=, headers=)`` tells a 429 for the whole bot from one route's.
 ``map_exception(error, where=)`` reads discord.py's exceptions, which only the gateway's login
 raises now that sends go through plain aiohttp (ADR 0066).
 """
@@ -46,11 +47,26 @@ from bridge_core import (
 )
 from bridge_discord.error_codes import ERROR_CODES
 
-__all__ = ["map_error", "map_exception"]
+__all__ = ["is_global_limit", "map_error", "map_exception"]
 
 
 _BODY_STATUSES = frozenset({400, 413, 422})
 """Statuses that refuse the request's body, read when the JSON ``code`` is not in the table."""
+
+
+def is_global_limit(*, body: Any, headers: Mapping[str, Any] | None) -> bool:
+    """Whether a 429 is Discord's global limit, which holds every request of the bot, not one
+    route's: the body's ``"global": true``, ``X-RateLimit-Global: true`` or
+    ``X-RateLimit-Scope: global`` (Discord documents all three; a proxy may keep only some)."""
+    if isinstance(body, dict) and body.get("global") is True:
+        return True
+    for key, value in (headers or {}).items():
+        if not (isinstance(key, str) and isinstance(value, str)):
+            continue
+        name, said = key.lower(), value.strip().lower()
+        if (name, said) in (("x-ratelimit-global", "true"), ("x-ratelimit-scope", "global")):
+            return True
+    return False
 
 
 def map_error(
@@ -68,7 +84,7 @@ def map_error(
         retry_after = parse_retry_after(details.get("retry_after"))
         if retry_after is None:
             retry_after = retry_after_header(headers)
-        scope = "globally " if details.get("global") is True else ""
+        scope = "globally " if is_global_limit(body=body, headers=headers) else ""
         wait = f"retry after {retry_after:g} s" if retry_after is not None else "no retry-after"
         return RateLimited(f"Discord {scope}rate limited {where} ({wait})", retry_after=retry_after)
     if code in ERROR_CODES:

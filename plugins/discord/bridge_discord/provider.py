@@ -45,7 +45,7 @@ from bridge_core import (
 )
 from bridge_discord.backfill import ChannelGone, Positions
 from bridge_discord.client import BridgeClient
-from bridge_discord.errors import map_error, map_exception
+from bridge_discord.errors import is_global_limit, map_error, map_exception
 from bridge_discord.receiver import Receiver
 from bridge_discord.rest import DiscordRest
 from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
@@ -68,15 +68,22 @@ _INTENTS_ADVICE = (
 _SDK_MIN_RATELIMIT_TIMEOUT = 30.0
 _NO_MENTIONS: dict[str, Any] = {"parse": []}
 
-_HISTORY_RATE_LIMITS = 5  # 429s in a row on one page before the run ends as ConnectionLost
-_HISTORY_DEFAULT_WAIT = 5.0  # seconds, when a 429 says no usable retry-after
+_READ_RATE_LIMITS = 5  # 429s in a row on one request before the run ends as ConnectionLost
+_READ_DEFAULT_WAIT = 5.0  # seconds, when a 429 says no usable retry-after
 
 
-def _history_error(*, status: int, body: Any, headers: Any, where: str) -> ProviderError:
-    """A refused read of a channel's messages: 404 (Unknown Channel, 10003) and any request
-    that can never work for this channel end that channel's backfill, not every channel's; a
-    refused token (401) is still ``Unreachable``."""
+class _GlobalLimit(RateLimited):
+    """A read-back request met Discord's global limit (``is_global_limit``): the whole bot
+    waits, not one route."""
+
+
+def _read_error(*, status: int, body: Any, headers: Any, where: str) -> ProviderError:
+    """A refused read-back request (a channel's messages, or the channel): 404 (Unknown
+    Channel, 10003) and any request that can never work for this channel end that channel's
+    backfill, not every channel's; a refused token (401) is still ``Unreachable``."""
     error = map_error(status=status, body=body, headers=headers, where=where)
+    if isinstance(error, RateLimited) and is_global_limit(body=body, headers=headers):
+        return _GlobalLimit(str(error), retry_after=error.retry_after)
     if status == 404 or (status != 401 and isinstance(error, (Unreachable, MessageRejected))):
         return ChannelGone(str(error))
     return error
@@ -108,8 +115,10 @@ class DiscordProvider(ChatProvider):
         self._base_url = (api_base_url or settings.api_base_url).rstrip("/")
         self._client: BridgeClient | None = None
         self._lock = anyio.Lock()
-        # channel id -> when (anyio's clock) its history bucket refills, once a read drained it
-        self._history_refill: dict[int, float] = {}
+        # (route, channel id) -> when (anyio's clock) that read-back bucket refills, once a read
+        # drained it; and when a global 429 met by the read-back has passed
+        self._read_refill: dict[tuple[str, int], float] = {}
+        self._reads_resume_at = 0.0
         self._rest = DiscordRest(
             base_url=self._base_url,
             token=settings.token.get_secret_value(),
@@ -346,37 +355,63 @@ class DiscordProvider(ChatProvider):
             return ConnectionLost(f"Discord gateway connection lost: {type(exc).__name__}")
         return ConnectionLost("Discord gateway closed the connection")
 
+    # ------------------------------------------------------------------ reading back
+
     async def _history(self, channel_id: int, query: dict[str, int]) -> list[Any]:
-        """One page of ``GET /channels/{id}/messages``. A read that left the channel's bucket
-        empty (``X-RateLimit-Remaining: 0``) makes the next one wait out ``Reset-After``, as
-        Discord asks; a 429 waits as Discord says and asks again; a failure the next run may not
-        meet (5xx, network, deadline) is ``ConnectionLost``, and the rebuilt provider reads from
-        the same stored position."""
+        """One page of ``GET /channels/{id}/messages`` (``_read``)."""
         where = f"read of channel {channel_id}'s messages"
         path = f"/channels/{channel_id}/messages?{urlencode(query)}"
+        answer = await self._read(path, where=where, bucket=("messages", channel_id))
+        if not isinstance(answer, list):
+            raise ConnectionLost(f"Discord answered {where} with no list of messages")
+        return answer
+
+    async def _read(self, path: str, *, where: str, bucket: tuple[str, int]) -> Any:
+        """One ``GET`` of the read-back. A read that left its bucket (route and channel) empty
+        (``X-RateLimit-Remaining: 0``) makes the bucket's next one wait out ``Reset-After``, as
+        Discord asks; a 429 waits as Discord says and asks again, and one for the whole bot
+        (``is_global_limit``) holds every read-back request of this provider as long; a failure
+        the next run may not meet (5xx, network, deadline) is ``ConnectionLost``, and the
+        rebuilt provider reads from the same stored position."""
 
         def note(headers: Mapping[str, str]) -> None:
             if headers.get("x-ratelimit-remaining", "").strip() != "0":
                 return
             reset_after = parse_retry_after(headers.get("x-ratelimit-reset-after"))
             if reset_after is not None:
-                self._history_refill[channel_id] = anyio.current_time() + reset_after
+                self._read_refill[bucket] = anyio.current_time() + reset_after
 
-        for _ in range(_HISTORY_RATE_LIMITS):
-            refill = self._history_refill.pop(channel_id, None)
-            if refill is not None:
-                await anyio.sleep(max(refill - anyio.current_time(), 0.0))
+        for _ in range(_READ_RATE_LIMITS):
+            until = max(self._read_refill.pop(bucket, 0.0), self._reads_resume_at)
+            while until > anyio.current_time():
+                await anyio.sleep(until - anyio.current_time())
+                # a global 429 met meanwhile moved the hold on: sleep on until it has passed
+                until = max(until, self._reads_resume_at)
             try:
-                answer = await self._call(
-                    "GET", path, where=where, errors=_history_error, headers_to=note
+                return await self._call(
+                    "GET", path, where=where, errors=_read_error, headers_to=note
                 )
             except RateLimited as exc:
-                wait = exc.retry_after
-                await anyio.sleep(_HISTORY_DEFAULT_WAIT if wait is None else wait)
-                continue
+                wait = _READ_DEFAULT_WAIT if exc.retry_after is None else exc.retry_after
+                if isinstance(exc, _GlobalLimit):
+                    self._hold_reads(wait)
+                else:
+                    await anyio.sleep(wait)
             except TransportError as exc:
                 raise ConnectionLost(f"Discord {where} failed: {exc}") from None
-            if not isinstance(answer, list):
-                raise ConnectionLost(f"Discord answered {where} with no list of messages")
-            return answer
-        raise ConnectionLost(f"Discord rate limited {where} {_HISTORY_RATE_LIMITS} times in a row")
+        raise ConnectionLost(f"Discord rate limited {where} {_READ_RATE_LIMITS} times in a row")
+
+    def _hold_reads(self, seconds: float) -> None:
+        """A global 429: no read-back request for ``seconds``. The (up to
+        ``BACKFILL_CONCURRENCY``) channels read at once would each go on meeting 429s, and
+        Discord bans an IP that makes 10,000 invalid requests in 10 minutes; discord.py holds
+        all its requests the same way."""
+        until = anyio.current_time() + seconds
+        if until > self._reads_resume_at:
+            self._reads_resume_at = until
+            log.warning(
+                "discord profile %s: Discord rate limited the bot globally; reading back "
+                "channels waits %g s",
+                self._profile,
+                seconds,
+            )

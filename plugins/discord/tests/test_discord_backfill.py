@@ -18,6 +18,7 @@ from bridge_discord.testing.fake_discord import FakeDiscord
 
 from bridge_core import ConnectionLost, InboundMessage
 from bridge_core.ledger.kv import MemoryKeyValueStore
+from bridge_core.testing import Reply
 
 pytestmark = pytest.mark.anyio
 
@@ -248,6 +249,47 @@ async def test_a_rate_limited_read_waits_as_told_and_asks_again(
     first, second = fake.requests_to("list_messages")
     assert second.at - first.at >= 0.2  # waited as Discord said, measured at the platform
     assert sink.messages[0].message_id == str(missed)
+
+
+def global_429(retry_after: float, marker: str) -> Reply:
+    """A 429 for the whole bot that says so only one way: the body's ``global``, the
+    ``X-RateLimit-Global`` header or the ``X-RateLimit-Scope`` header."""
+    body = {"message": "You are being rate limited.", "retry_after": retry_after}
+    headers = {"Via": "1.1 google", "Retry-After": f"{retry_after:g}"}
+    body["global"] = marker == "body"
+    headers["X-RateLimit-Scope"] = "global" if marker == "scope" else "user"
+    if marker == "header":
+        headers["X-RateLimit-Global"] = "true"
+    return Reply.json(body, status=429, headers=headers)
+
+
+@pytest.mark.parametrize("marker", ["body", "header", "scope"])
+async def test_a_global_429_holds_every_channels_read_until_it_has_passed(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int, thread: int, marker: str
+) -> None:
+    # Four channels are read at once. The first read meets a 429 for the whole bot, the other
+    # three one for their own route, shorter: none may ask again before the global one has
+    # passed, or each meets more 429s (Discord bans an IP after 10,000 invalid requests in 10
+    # minutes).
+    kv = MemoryKeyValueStore()
+    fourth = 444_444_444_444_444_444
+    fake.add_channel(OTHER)
+    fake.add_channel(fourth)
+    channels = (channel, thread, OTHER, fourth)
+    await first_run(fake, settings, kv, *channels)
+    for where in channels:
+        fake.emit_message(where, f"missed in {where}", author_id=USER)
+    whole_bot, own_route = 0.6, 0.2
+    fake.script("list_messages", global_429(whole_bot, marker), *[fake.rate_limited(own_route)] * 3)
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        await sink.texts(4)
+    reads = fake.requests_to("list_messages")
+    limited_at = reads[0].at  # the first to arrive got the global 429
+    early = [r.path for r in reads if r.at < limited_at + whole_bot]
+    assert len(early) == 4  # each channel's first read, all sent before the answer came
+    assert len(reads) == 8  # then one more each, once the global limit had passed
+    assert sorted(m.text for m in sink.messages) == sorted(f"missed in {c}" for c in channels)
 
 
 async def test_a_server_error_ends_the_run_and_the_next_reads_from_the_same_place(
