@@ -5,7 +5,9 @@ ends when its connection does, and the next one IDENTIFYs a new session, which h
 comes after it. So every message written during a deploy or a rebuild after a drop would be no
 one's turn. ``Positions`` keeps, per Discord channel id (a thread is a channel of its own), the
 newest message the core accepted, in the core's key-value store; when a session starts,
-``read_gap`` asks Discord for what came after it (``GET /channels/{id}/messages``).
+``read_gap`` asks Discord for what came after it (``GET /channels/{id}/messages``). Without the
+Read Message History permission Discord answers that with an empty list, not an error, so an
+empty answer is checked against the channel's newest message (``GET /channels/{id}``).
 
 One value per profile holds every channel (the store has no listing): JSON,
 ``{"v": 1, "channels": [[channel, after, parent or null, guild or null], ...]}``, least
@@ -18,15 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from discord.utils import snowflake_time
+
 from bridge_core import ChannelPositions, KeyValueStore, NotFound
 from bridge_discord.inbound import snowflake
 
 __all__ = [
+    "CLOCK_MARGIN",
     "GAP_PAGE",
     "GAP_PAGES",
     "NAMESPACE",
@@ -55,6 +61,12 @@ REMEMBERED_CHANNELS = 500
 """Most channels remembered per profile; past it the least recently active is forgotten (its
 next gap is not read back). Bounds the one value written to the store, about 80 bytes a
 channel."""
+
+
+CLOCK_MARGIN = 2.0
+"""Seconds by which a message's time (its id's) must come before a read of its channel for the
+read to have missed it: Discord's clock and this host's may differ, and a message written as
+the channel was read may have come after the read (it then comes live)."""
 
 
 class ChannelGone(NotFound):
@@ -160,6 +172,7 @@ class Positions(ChannelPositions[int, Position]):
 
 
 Fetch = Callable[[dict[str, int]], Awaitable[list[Any]]]
+Newest = Callable[[], Awaitable[int | None]]
 
 
 def _by_id(page: list[Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -175,17 +188,23 @@ def _by_id(page: list[Any]) -> list[tuple[int, dict[str, Any]]]:
 
 
 async def read_gap(
-    fetch: Fetch, *, after: int, profile: str, channel_id: int
+    fetch: Fetch, *, newest: Newest, after: int, profile: str, channel_id: int
 ) -> list[tuple[int, dict[str, Any]]]:
     """The messages of a channel after ``after``, oldest first, with their ids; ``fetch`` sends
-    one ``GET /channels/{id}/messages`` with the given query and returns its list.
+    one ``GET /channels/{id}/messages`` with the given query and returns its list, ``newest``
+    one ``GET /channels/{id}`` and returns its ``last_message_id``.
 
     The usual gap is a few messages: one request with ``after``. A full page means the gap may be
     longer than ``GAP_PAGES`` pages, so it is read again from the newest message back with
     ``before`` until it reaches ``after``; when the cap comes first, one more message is asked
-    for to tell whether anything was left unread, and only then is there a warning.
+    for to tell whether anything was left unread, and only then is there a warning. An empty
+    first page asks ``newest`` once (``_check_empty``).
     """
+    asked = time.time()
     page = await fetch({"after": after, "limit": GAP_PAGE})
+    if not page:
+        await _check_empty(newest, asked=asked, after=after, profile=profile, channel_id=channel_id)
+        return []
     if len(page) < GAP_PAGE:
         return [(mid, m) for mid, m in _by_id(page) if mid > after]
     newest_first: list[tuple[int, dict[str, Any]]] = []
@@ -210,3 +229,33 @@ async def read_gap(
             len(newest_first),
         )
     return newest_first[::-1]
+
+
+async def _check_empty(
+    newest: Newest, *, asked: float, after: int, profile: str, channel_id: int
+) -> None:
+    """Warn when a read of a channel after ``after``, asked at ``asked`` (``time.time()``),
+    came back empty though the channel has a newer message written before it: what Discord
+    answers without Read Message History. A newer message written later (within
+    ``CLOCK_MARGIN``) may have come after the read, so it says nothing. The newest message may
+    also have been deleted (``last_message_id`` stays), which this cannot tell apart."""
+    last = await newest()
+    if last is None or last <= after:
+        return
+    if snowflake_time(last).timestamp() > asked - CLOCK_MARGIN:
+        log.debug(
+            "discord profile %s: channel %s read back empty; its newest message %s was written "
+            "as it was read, so nothing is known to be missed",
+            profile,
+            channel_id,
+            last,
+        )
+        return
+    log.warning(
+        "discord profile %s: channel %s has messages newer than the last one handled (the "
+        "newest is %s), but reading them back returned none: the bot needs the Read Message "
+        "History permission there to read back what it missed, and those messages were not read",
+        profile,
+        channel_id,
+        last,
+    )

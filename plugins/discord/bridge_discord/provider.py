@@ -46,6 +46,7 @@ from bridge_core import (
 from bridge_discord.backfill import ChannelGone, Positions
 from bridge_discord.client import BridgeClient
 from bridge_discord.errors import is_global_limit, map_error, map_exception
+from bridge_discord.inbound import snowflake
 from bridge_discord.receiver import Receiver
 from bridge_discord.rest import DiscordRest
 from bridge_discord.settings import CAPABILITIES, MAX_LENGTH, DiscordSettings
@@ -302,6 +303,7 @@ class DiscordProvider(ChatProvider):
                 own_user_id=own_id,
                 positions=positions,
                 fetch=self._history,
+                last_message=self._last_message_id,
                 fail=fail,
             )
             client.message_handler = receiver.handle
@@ -365,6 +367,17 @@ class DiscordProvider(ChatProvider):
         if not isinstance(answer, list):
             raise ConnectionLost(f"Discord answered {where} with no list of messages")
         return answer
+
+    async def _last_message_id(self, channel_id: int) -> int | None:
+        """The channel's ``last_message_id`` (``GET /channels/{id}``, ``_read``), ``None`` when
+        Discord names none (a channel never written in)."""
+        where = f"read of channel {channel_id}"
+        answer = await self._read(
+            f"/channels/{channel_id}", where=where, bucket=("channel", channel_id)
+        )
+        if not isinstance(answer, dict):
+            raise ConnectionLost(f"Discord answered {where} with no channel")
+        return snowflake(answer.get("last_message_id"))
 
     async def _read(self, path: str, *, where: str, bucket: tuple[str, int]) -> Any:
         """One ``GET`` of the read-back. A read that left its bucket (route and channel) empty

@@ -41,6 +41,7 @@ BACKFILL_CONCURRENCY = 4
 bucket of its own at Discord, the bot's global limit is 50 requests a second."""
 
 Fetch = Callable[[int, dict[str, int]], Awaitable[list[Any]]]
+LastMessage = Callable[[int], Awaitable[int | None]]
 
 
 class _Lane:
@@ -75,6 +76,7 @@ class Receiver:
         own_user_id: int | None,
         positions: Positions | None,
         fetch: Fetch,
+        last_message: LastMessage,
         fail: Callable[[ProviderError], None],
     ) -> None:
         self._sink = sink
@@ -82,6 +84,7 @@ class Receiver:
         self._own = own_user_id
         self._positions = positions
         self._fetch = fetch
+        self._last_message = last_message
         self._fail = fail
         self._lanes: dict[int, _Lane] = {}
         self._pending: dict[int, asyncio.Event] | None = None  # the newest session's gaps
@@ -202,6 +205,7 @@ class Receiver:
         try:
             gap = await read_gap(
                 partial(self._fetch, channel_id),
+                newest=partial(self._last_message, channel_id),
                 after=position.after,
                 profile=self._profile,
                 channel_id=channel_id,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -14,7 +15,7 @@ import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
 from bridge_discord.backfill import NAMESPACE, Positions
 from bridge_discord.client import BridgeClient
-from bridge_discord.testing.fake_discord import FakeDiscord
+from bridge_discord.testing.fake_discord import DISCORD_EPOCH_MS, FakeDiscord
 
 from bridge_core import ConnectionLost, InboundMessage
 from bridge_core.ledger.kv import MemoryKeyValueStore
@@ -290,6 +291,83 @@ async def test_a_global_429_holds_every_channels_read_until_it_has_passed(
     assert len(early) == 4  # each channel's first read, all sent before the answer came
     assert len(reads) == 8  # then one more each, once the global limit had passed
     assert sorted(m.text for m in sink.messages) == sorted(f"missed in {c}" for c in channels)
+
+
+def written_ago(seconds: float) -> int:
+    """The id Discord gives a message written ``seconds`` ago."""
+    return (int((time.time() - seconds) * 1000) - DISCORD_EPOCH_MS) << 22
+
+
+async def test_an_empty_read_of_a_channel_with_newer_messages_warns_of_read_message_history(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Without Read Message History, Discord answers the read with an empty list, not an error;
+    # the channel's newest message id (GET /channels/{id}) says that messages were missed.
+    kv = MemoryKeyValueStore()
+    seen, missed = written_ago(60), written_ago(30)  # well before the read: not just written
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        fake.emit_message(channel, "seen live", author_id=USER, message_id=seen)
+        await sink.texts(1)
+    fake.emit_message(channel, "while down", author_id=USER, message_id=missed)
+    fake.channels[channel].read_history = False
+    said = Said("Read Message History")
+    logging.getLogger("bridge_discord").addHandler(said)
+    sink = Sink()
+    try:
+        with caplog.at_level(logging.WARNING, logger="bridge_discord"):
+            async with running(fake, settings, kv, sink):
+                with anyio.fail_after(10):
+                    await said.all_said.wait()
+                fake.emit_message(channel, "live", author_id=USER)
+                assert await sink.texts(1) == ["live"]  # the read-back is over
+    finally:
+        logging.getLogger("bridge_discord").removeHandler(said)
+    warned = [r.getMessage() for r in caplog.records if "Read Message History" in r.getMessage()]
+    assert len(warned) == 1 and str(channel) in warned[0]
+    assert fake.count("get_channel") == 1
+
+
+@pytest.mark.parametrize("newest", ["the position", "written as the channel was read"])
+async def test_an_empty_read_warns_of_nothing_when_no_message_before_it_was_missed(
+    fake: FakeDiscord,
+    settings: DiscordSettings,
+    channel: int,
+    caplog: pytest.LogCaptureFixture,
+    newest: str,
+) -> None:
+    # A channel with nothing missed reads empty too, with or without the permission. A message
+    # written between the read and the channel's answer is newer than the position but may
+    # have come after the read, so it says nothing (it comes live).
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    if newest != "the position":
+        after_the_read = {"last_message_id": str(written_ago(-1))}
+        fake.script("get_channel", Reply.json(fake.channels[channel].to_json() | after_the_read))
+    sink = Sink()
+    with caplog.at_level(logging.WARNING, logger="bridge_discord"):
+        async with running(fake, settings, kv, sink):
+            await fake.wait_for_async(1, "get_channel")
+            fake.emit_message(channel, "live", author_id=USER)
+            assert await sink.texts(1) == ["live"]  # after the read-back
+    assert "Read Message History" not in caplog.text
+    assert (fake.count("list_messages"), fake.count("get_channel")) == (1, 1)
+
+
+async def test_the_channel_check_meets_errors_as_the_read_does(
+    fake: FakeDiscord, settings: DiscordSettings, channel: int
+) -> None:
+    # The check after an empty read goes through the read's own handling: a 429 waits, a 5xx
+    # ends the run (the next one reads the channel again).
+    kv = MemoryKeyValueStore()
+    await first_run(fake, settings, kv, channel)
+    fake.script("get_channel", fake.rate_limited(0.1), fake.error(502, 0, "Bad Gateway"))
+    provider = DiscordProvider(settings, profile=PROFILE, kv=kv)
+    with anyio.fail_after(10), pytest.raises(ConnectionLost, match=r"Bad Gateway|server error"):
+        await provider.receive(Sink())
+    await provider.aclose()
+    first, second = fake.requests_to("get_channel")
+    assert second.at - first.at >= 0.1
 
 
 async def test_a_server_error_ends_the_run_and_the_next_reads_from_the_same_place(

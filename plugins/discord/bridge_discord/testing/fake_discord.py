@@ -73,6 +73,7 @@ class FakeDiscordChannel:
             "nsfw": False,
             "rate_limit_per_user": 0,
             "flags": 0,
+            "last_message_id": str(max(self.message_ids)) if self.message_ids else None,
         }
         if self.is_thread:
             data["parent_id"] = str(self.parent_id)
