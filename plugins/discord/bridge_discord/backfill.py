@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ __all__ = [
     "ChannelGone",
     "Position",
     "Positions",
+    "check_empty_read",
     "read_gap",
 ]
 
@@ -188,23 +188,17 @@ def _by_id(page: list[Any]) -> list[tuple[int, dict[str, Any]]]:
 
 
 async def read_gap(
-    fetch: Fetch, *, newest: Newest, after: int, profile: str, channel_id: int
+    fetch: Fetch, *, after: int, profile: str, channel_id: int
 ) -> list[tuple[int, dict[str, Any]]]:
     """The messages of a channel after ``after``, oldest first, with their ids; ``fetch`` sends
-    one ``GET /channels/{id}/messages`` with the given query and returns its list, ``newest``
-    one ``GET /channels/{id}`` and returns its ``last_message_id``.
+    one ``GET /channels/{id}/messages`` with the given query and returns its list.
 
     The usual gap is a few messages: one request with ``after``. A full page means the gap may be
     longer than ``GAP_PAGES`` pages, so it is read again from the newest message back with
     ``before`` until it reaches ``after``; when the cap comes first, one more message is asked
-    for to tell whether anything was left unread, and only then is there a warning. An empty
-    first page asks ``newest`` once (``_check_empty``).
+    for to tell whether anything was left unread, and only then is there a warning.
     """
-    asked = time.time()
     page = await fetch({"after": after, "limit": GAP_PAGE})
-    if not page:
-        await _check_empty(newest, asked=asked, after=after, profile=profile, channel_id=channel_id)
-        return []
     if len(page) < GAP_PAGE:
         return [(mid, m) for mid, m in _by_id(page) if mid > after]
     newest_first: list[tuple[int, dict[str, Any]]] = []
@@ -231,7 +225,7 @@ async def read_gap(
     return newest_first[::-1]
 
 
-async def _check_empty(
+async def check_empty_read(
     newest: Newest, *, asked: float, after: int, profile: str, channel_id: int
 ) -> None:
     """Warn when a read of a channel after ``after``, asked at ``asked`` (``time.time()``),

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import discord
 
 from bridge_core import ConnectionLost, Forbidden, InboundSink, ProviderError
-from bridge_discord.backfill import ChannelGone, Positions, read_gap
+from bridge_discord.backfill import ChannelGone, Positions, check_empty_read, read_gap
 from bridge_discord.inbound import inbound_from_json, inbound_from_message
 
 __all__ = ["BACKFILL_CONCURRENCY", "FLUSH_INTERVAL", "Receiver"]
@@ -42,6 +43,12 @@ bucket of its own at Discord, the bot's global limit is 50 requests a second."""
 
 Fetch = Callable[[int, dict[str, int]], Awaitable[list[Any]]]
 LastMessage = Callable[[int], Awaitable[int | None]]
+
+
+class _EmptyRead(NamedTuple):
+    channel_id: int
+    after: int  # the position it was read after
+    asked: float  # time.time() as the read was sent
 
 
 class _Lane:
@@ -172,17 +179,50 @@ class Receiver:
                 continue
             pending, self._pending = self._pending, None
             limiter = anyio.CapacityLimiter(BACKFILL_CONCURRENCY)
+            empty: list[_EmptyRead] = []
             async with anyio.create_task_group() as tasks:
                 for channel_id, gate in pending.items():
-                    tasks.start_soon(self._catch_up, channel_id, gate, limiter)
+                    tasks.start_soon(self._catch_up, channel_id, gate, limiter, empty)
             await self.flush()
+            await self._check_empty_reads(empty)
+
+    async def _check_empty_reads(self, empty: list[_EmptyRead]) -> None:
+        """Once a session's gaps are in and every lane is open, ask each channel that read back
+        empty for its newest message, one at a time (``check_empty_read``: without Read Message
+        History, Discord answers an empty list, not an error). Not inside the read: every quiet
+        channel reads empty too, and a check each would double the requests its live messages
+        wait behind at every READY. A check that fails ends the checks: nothing waits on them."""
+        for read in empty:
+            if self._pending is not None or self._closed:  # a new session's gaps come first
+                return
+            try:
+                await check_empty_read(
+                    partial(self._last_message, read.channel_id),
+                    asked=read.asked,
+                    after=read.after,
+                    profile=self._profile,
+                    channel_id=read.channel_id,
+                )
+            except Exception as exc:
+                log.debug(
+                    "discord profile %s: checking channel %s after an empty read-back failed "
+                    "(%r); the rest are not checked this session",
+                    self._profile,
+                    read.channel_id,
+                    exc,
+                )
+                return
 
     async def _catch_up(
-        self, channel_id: int, gate: asyncio.Event, limiter: anyio.CapacityLimiter
+        self,
+        channel_id: int,
+        gate: asyncio.Event,
+        limiter: anyio.CapacityLimiter,
+        empty: list[_EmptyRead],
     ) -> None:
         async with limiter:
             try:
-                await self._read_back(channel_id)
+                await self._read_back(channel_id, empty)
             except ProviderError as exc:
                 # ConnectionLost: the rebuilt provider reads this gap again from the same
                 # position; Unreachable: the token was refused. The gate stays shut: this
@@ -197,15 +237,15 @@ class Receiver:
                 return
         gate.set()
 
-    async def _read_back(self, channel_id: int) -> None:
+    async def _read_back(self, channel_id: int, empty: list[_EmptyRead]) -> None:
         assert self._positions is not None
         position = self._positions.get(channel_id)
         if position is None:
             return
+        asked = time.time()
         try:
             gap = await read_gap(
                 partial(self._fetch, channel_id),
-                newest=partial(self._last_message, channel_id),
                 after=position.after,
                 profile=self._profile,
                 channel_id=channel_id,
@@ -228,6 +268,8 @@ class Receiver:
                 exc,
             )
             return
+        if not gap:
+            empty.append(_EmptyRead(channel_id, position.after, asked))
         lane = self._lane(channel_id)
         lane.stuck = False  # this read starts before any message the sink failed
         delivered = 0

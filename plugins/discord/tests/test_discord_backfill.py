@@ -354,20 +354,28 @@ async def test_an_empty_read_warns_of_nothing_when_no_message_before_it_was_miss
     assert (fake.count("list_messages"), fake.count("get_channel")) == (1, 1)
 
 
-async def test_the_channel_check_meets_errors_as_the_read_does(
+async def test_the_channel_check_holds_no_live_message_and_its_failure_ends_only_the_checks(
     fake: FakeDiscord, settings: DiscordSettings, channel: int
 ) -> None:
-    # The check after an empty read goes through the read's own handling: a 429 waits, a 5xx
-    # ends the run (the next one reads the channel again).
+    # The check after an empty read runs once every lane is open, so a channel's live messages
+    # never wait behind it (a quiet channel reads empty at every READY); it goes through the
+    # read's own handling (a 429 waits as told), and a check that fails (a 5xx) ends the
+    # checks, not the run.
     kv = MemoryKeyValueStore()
     await first_run(fake, settings, kv, channel)
-    fake.script("get_channel", fake.rate_limited(0.1), fake.error(502, 0, "Bad Gateway"))
-    provider = DiscordProvider(settings, profile=PROFILE, kv=kv)
-    with anyio.fail_after(10), pytest.raises(ConnectionLost, match=r"Bad Gateway|server error"):
-        await provider.receive(Sink())
-    await provider.aclose()
+    fake.script("get_channel", fake.rate_limited(1.0), fake.error(502, 0, "Bad Gateway"))
+    sink = Sink()
+    async with running(fake, settings, kv, sink):
+        await fake.wait_for_async(1, "get_channel")
+        fake.emit_message(channel, "live", author_id=USER)
+        assert await sink.texts(1) == ["live"]
+        assert fake.count("get_channel") == 1  # delivered while the check waited out its 429
+        await fake.wait_for_async(2, "get_channel")
+        fake.emit_message(channel, "still live", author_id=USER)
+        assert await sink.texts(2) == ["live", "still live"]  # the 502 did not end the run
     first, second = fake.requests_to("get_channel")
-    assert second.at - first.at >= 0.1
+    assert second.at - first.at >= 1.0
+    assert fake.count("get_channel") == 2  # not asked again after it failed
 
 
 async def test_a_server_error_ends_the_run_and_the_next_reads_from_the_same_place(
