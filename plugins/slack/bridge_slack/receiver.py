@@ -21,6 +21,13 @@ channel. A channel the bot cannot read (``channel_not_found``, ``not_in_channel`
 ``missing_scope``) is forgotten with a warning; a refused token ends inbound, as it does on the
 socket; any other failure (Slack's 5xx, the network, the core's sink) reads that channel again
 later from the same position, its live messages still held.
+
+A read-back that follows one cut short (the socket dropped and the same provider's ``receive``
+was called again) reads first the channels that one had not finished, in the order it had them,
+then the others, most recently active first: started over each time at the most recently active,
+repeated drops under a one-a-minute limit would read the first channels again and again and the
+last never. Every remembered channel is still read at every start, since a drop can lose
+messages in any of them.
 """
 
 from __future__ import annotations
@@ -146,6 +153,9 @@ class Receiver:
         self._loading: anyio.Event | None = None
         self._closed = False
         self._not_before = 0.0  # anyio's clock: no history request before it (a 429's wait)
+        # the channels the last read-back started has not finished, in its order (a dict kept
+        # as an ordered set): the next one reads them first if this one is cut short
+        self._unfinished: dict[str, None] = {}
 
     # ------------------------------------------------------------------ live
 
@@ -272,10 +282,16 @@ class Receiver:
 
     async def _backfill(self, sink: InboundSink, history: History) -> None:
         pending = [channel for channel, lane in self._lanes.items() if lane.shut]
-        pending.sort(key=self._recency())
+        pending.sort(key=self._order())
+        self._unfinished = dict.fromkeys(pending)
         attempt = 0
         while pending:
-            again = [c for c in pending if not await self._catch_up(c, sink, history)]
+            again = []
+            for channel in pending:
+                if await self._catch_up(channel, sink, history):
+                    del self._unfinished[channel]
+                else:
+                    again.append(channel)
             await self.flush()
             if again:
                 wait = min(300.0, RETRY_WAIT * 2.0**attempt)
@@ -290,10 +306,20 @@ class Receiver:
                 attempt += 1
             pending = again
 
-    def _recency(self) -> Callable[[str], int]:
+    def _order(self) -> Callable[[str], tuple[int, int]]:
+        """First the channels the last read-back had not finished, in its order (a rotation:
+        by recency, the channels it had put last would stay last after every drop), then the
+        others, most recently active first."""
         assert self._positions is not None
-        order = {channel: i for i, channel in enumerate(self._positions.channels())}
-        return lambda channel: order.get(channel, len(order))
+        recency = {channel: i for i, channel in enumerate(self._positions.channels())}
+        unfinished = {channel: i for i, channel in enumerate(self._unfinished)}
+
+        def key(channel: str) -> tuple[int, int]:
+            if channel in unfinished:
+                return 0, unfinished[channel]
+            return 1, recency.get(channel, len(recency))
+
+        return key
 
     async def _catch_up(self, channel: str, sink: InboundSink, history: History) -> bool:
         """Hand over one channel's gap, then its held messages, and open its lane; False when

@@ -1,0 +1,199 @@
+"""A read-back cut short by a Socket Mode drop, and the next ``receive`` of the same provider
+(an embedder's provider is given its ``receive`` again after a drop): the channels the cut one
+had not finished are read first. Against FakeSlack, its requests counted at the platform."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+from bridge_slack import SlackProvider, SlackSettings
+from bridge_slack.testing.fake_slack import FakeSlack, event_callback, message_event
+
+from bridge_core import ConnectionLost, InboundMessage
+from bridge_core.ledger.kv import MemoryKeyValueStore
+
+pytestmark = pytest.mark.anyio
+
+CHANNEL = "C0GENERAL"
+SECOND = "C0SECOND"
+THIRD = "C0THIRD"
+FOURTH = "C0FOURTH"
+USER = "U0PERSON"
+PROFILE = "team"
+
+
+class Sink:
+    """The core's sink; ``on_message`` is called with each message it took."""
+
+    def __init__(self) -> None:
+        self.messages: list[InboundMessage] = []
+        self.on_message: Callable[[InboundMessage], None] = lambda message: None
+        self._changed = anyio.Event()
+
+    async def __call__(self, message: InboundMessage) -> None:
+        self.messages.append(message)
+        self.on_message(message)
+        self._changed.set()
+
+    async def until(self, predicate: Callable[[list[InboundMessage]], bool]) -> None:
+        with anyio.fail_after(10):
+            while not predicate(self.messages):
+                self._changed = anyio.Event()
+                await self._changed.wait()
+
+    def texts(self, channel: str) -> list[str]:
+        return [m.text for m in self.messages if m.channel == channel]
+
+
+@pytest.fixture
+def fake(fake_slack: FakeSlack) -> FakeSlack:
+    for channel in (SECOND, THIRD, FOURTH):
+        fake_slack.add_channel(channel)
+    return fake_slack
+
+
+def socket_settings(fake: FakeSlack) -> SlackSettings:
+    return SlackSettings(
+        bot_token=fake.token,
+        app_token=fake.app_token,
+        socket_mode=True,
+        api_base_url=fake.api_url,
+        timeout=2.0,
+    )
+
+
+def say(fake: FakeSlack, channel: str, text: str, **fields: Any) -> dict[str, Any]:
+    """A person writes ``text``: kept in the channel's history; its live event returned."""
+    ts = fake.add_foreign_message(channel, text, user=USER, **fields)
+    return message_event(channel=channel, text=text, user=USER, ts=ts, **fields)
+
+
+def push(fake: FakeSlack, event: dict[str, Any]) -> str:
+    return fake.push_event(event_callback(event, event_id=f"Ev{event['ts']}"))
+
+
+async def in_thread(function: Callable[[], Any]) -> Any:
+    return await anyio.to_thread.run_sync(function)
+
+
+async def first_run(fake: FakeSlack, kv: MemoryKeyValueStore, *channels: str) -> None:
+    """A run that hears one person's message in each of ``channels``, in that order, so they
+    are remembered, the last one the most recently active."""
+    provider = SlackProvider(socket_settings(fake), profile=PROFILE, kv=kv)
+    sink = Sink()
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(provider.receive, sink)
+            await in_thread(fake.wait_for_socket)
+            for number, channel in enumerate(channels):
+                push(fake, say(fake, channel, f"seen live {number}"))
+            await sink.until(lambda messages: len(messages) == len(channels))
+            tasks.cancel_scope.cancel()
+    finally:
+        await provider.aclose()
+
+
+class Runs:
+    """``receive`` runs of one provider, one after the other, as an embedder's watcher gives
+    it after each drop."""
+
+    def __init__(self, fake: FakeSlack, provider: SlackProvider, sink: Sink) -> None:
+        self._fake = fake
+        self._provider = provider
+        self._sink = sink
+        self.lost: list[ConnectionLost] = []
+
+    async def until_dropped(self, steps: Callable[[], Any]) -> None:
+        """One run, connected; ``steps`` run, then the socket drops and ``receive`` ends."""
+        ended = anyio.Event()
+
+        async def run() -> None:
+            try:
+                await self._provider.receive(self._sink)
+            except ConnectionLost as exc:
+                self.lost.append(exc)
+            finally:
+                ended.set()
+
+        opened = self._fake.count("socket")
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run)
+            await in_thread(lambda: self._fake.wait_for_socket(opened + 1))
+            await steps()
+            self._fake.socket_drop()
+            with anyio.fail_after(10):
+                await ended.wait()
+
+    async def until_done(self, steps: Callable[[], Any]) -> None:
+        """One run, connected, cancelled once ``steps`` are done."""
+        opened = self._fake.count("socket")
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._provider.receive, self._sink)
+            await in_thread(lambda: self._fake.wait_for_socket(opened + 1))
+            await steps()
+            tasks.cancel_scope.cancel()
+
+
+def history_channels(fake: FakeSlack) -> list[str]:
+    return [r.query["channel"] for r in fake.requests_to("conversations.history")]
+
+
+# ---------------------------------------------------------------------- the order
+
+
+@pytest.mark.parametrize("drops", [1, 3])
+async def test_a_read_back_after_a_drop_goes_first_to_the_channels_the_cut_one_had_not_finished(
+    fake: FakeSlack, drops: int
+) -> None:
+    """Under a limit of one read a minute, a read-back that started over at the most recently
+    active channel after every drop would read the first channels again and again and the last
+    never. Each run here reads one channel and is cut during the next: the next run starts
+    there, and the channels read are read again last (not skipped: a drop may lose messages
+    anywhere). Three drops in a row go round in turn; by recency, the channel read in the first
+    run would come before those the second had not reached."""
+    order = [CHANNEL, SECOND, THIRD, FOURTH]
+    kv = MemoryKeyValueStore()
+    await first_run(fake, kv, *reversed(order))  # CHANNEL the most recently active
+    for channel in order:
+        say(fake, channel, f"missed in {channel}")  # Slack gave up on its event
+    provider = SlackProvider(socket_settings(fake), profile=PROFILE, kv=kv)
+    sink = Sink()
+    runs = Runs(fake, provider, sink)
+    holds: list[threading.Event] = []
+
+    def hold_after_each_channel(message: InboundMessage) -> None:
+        if holds and not holds[-1].is_set():
+            fake.history_hold = holds[-1]  # the next channel's read is made, and not answered
+
+    sink.on_message = hold_after_each_channel
+    try:
+        async with provider:
+            for run in range(1, drops + 1):
+                holds.append(threading.Event())
+
+                async def cut_during_the_next_channel(requests: int = 2 * run) -> None:
+                    await in_thread(lambda: fake.wait_for(requests, "conversations.history"))
+
+                await runs.until_dropped(cut_during_the_next_channel)
+                fake.history_hold = None
+                holds[-1].set()
+                assert history_channels(fake)[2 * run - 2 :] == order[run - 1 : run + 1]
+                assert sink.messages[-1].text == f"missed in {order[run - 1]}"
+
+            async def all_read() -> None:
+                requests = 2 * drops + len(order)
+                await in_thread(lambda: fake.wait_for(requests, "conversations.history"))
+                await sink.until(lambda messages: len(messages) == len(order))
+
+            await runs.until_done(all_read)
+    finally:
+        for hold in holds:
+            hold.set()
+    assert len(runs.lost) == drops
+    assert history_channels(fake)[2 * drops :] == order[drops:] + order[:drops]
+    assert [m.text for m in sink.messages] == [f"missed in {channel}" for channel in order]
