@@ -8,10 +8,11 @@ has a lane: its live messages reach the sink one at a time, and from ``start`` e
 channel's lane is shut until its gap has been handed over. A live message for a shut lane is
 held in memory and its caller acknowledges it to Slack at once: held back by not answering, it
 would hold the Socket Mode reader (one envelope at a time) or run past Slack's 3 s and be sent
-again, for minutes, while a rate-limited read pages. Holding it costs nothing in safety: the
+again, for minutes, while a rate-limited read pages. Holding it costs little in safety: the
 channel's stored position never passes a message the sink has not taken, so a held message lost
-to a crash is in the next run's read-back. Once the gap is in, the held messages follow it (those
-the read already had are dropped), then the lane opens.
+to a crash is in the next run's read-back (a thread reply aside: history does not list replies).
+Once the gap is in, the held messages follow it (those the read already had are dropped), then
+the lane opens.
 
 Gaps are read one channel at a time, most recently active first: Slack limits
 ``conversations.history`` per app and workspace, not per channel (Tier 3, about 50 a minute; one
@@ -27,7 +28,7 @@ was called again) reads first the channels that one had not finished, in the ord
 then the others, most recently active first: started over each time at the most recently active,
 repeated drops under a one-a-minute limit would read the first channels again and again and the
 last never. Every remembered channel is still read at every start, since a drop can lose
-messages in any of them.
+messages in any of them. What the cut one held is kept and handed on after the next read-back.
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ class _Lane:
     failed: set[str] = field(default_factory=set)  # ts the sink refused, not yet taken since
     newest: str | None = None  # the newest ts taken while ``failed`` holds the position back
     users: int = 0
+    # its position when it last held nothing: a held message at or before it was taken then.
+    # Not the position at each read: a read cut short (or failed) may have moved it past a held
+    # thread reply, which no read lists.
+    floor: tuple[int, int] | None = None
 
     @property
     def idle(self) -> bool:
@@ -131,7 +136,10 @@ class _Had:
     floor: tuple[int, int] | None
     listed: set[tuple[int, int]]
 
-    def has(self, key: tuple[int, int]) -> bool:
+    def has(self, message: InboundMessage) -> bool:
+        key = ts_key(_ts_of(message))
+        if key is None:
+            return False
         return (self.floor is not None and key <= self.floor) or key in self.listed
 
 
@@ -166,12 +174,20 @@ class Receiver:
             self._loading = anyio.Event()  # a later receive loads the positions afresh
 
     def start(self, positions: Positions | None) -> None:
-        """Shut the lane of every channel ``positions`` remembers; ``None``: no read-back."""
+        """Shut the lane of every channel ``positions`` remembers, and of every channel with
+        messages still held from a read-back cut short; ``None``: no read-back (what is held
+        waits for a start that reads back)."""
         self._positions = positions
         self._closed = False  # an embedder's provider is given its receive again after a drop
         if positions is not None:
             for channel in positions.channels():
-                self._lane(channel).shut = True
+                lane = self._lane(channel)
+                if not lane.held:
+                    lane.floor = ts_key(positions.get(channel))
+                lane.shut = True
+            for lane in self._lanes.values():
+                if lane.held:
+                    lane.shut = True
         if self._loading is not None:
             self._loading.set()
 
@@ -329,6 +345,9 @@ class Receiver:
             async with lane.lock:
                 while True:
                     lane.overflowed = False  # this read has whatever was dropped before it
+                    if not lane.held:
+                        assert self._positions is not None
+                        lane.floor = ts_key(self._positions.get(channel))
                     had = await self._read_back(channel, lane, sink, history)
                     await self._release_held(channel, lane, had)
                     if not lane.overflowed:
@@ -383,7 +402,6 @@ class Receiver:
         oldest = self._positions.get(channel)
         if oldest is None:
             return None  # forgotten (pushed out by newer channels) since it was shut
-        floor = ts_key(oldest)
 
         async def page(arguments: dict[str, Any]) -> dict[str, Any]:
             return await self._page(channel, arguments, history)
@@ -408,18 +426,19 @@ class Receiver:
                 channel,
             )
         listed = {key for key in (ts_key(ts) for ts, _ in gap) if key is not None}
-        return _Had(floor, listed)
+        return _Had(lane.floor, listed)
 
     async def _release_held(self, channel: str, lane: _Lane, had: _Had | None) -> None:
         """The held live messages, in the order they came, but those the read already had.
-        One that fails stays first in line: the channel's next read has it, since the
-        position stays before it."""
+        One that fails (or is cut short) stays first in line, for the channel's next read."""
+        if had is not None:
+            # all at once, before any is handed on: cut short while the sink takes one, the
+            # rest must not be handed on again after the next read, which starts past them
+            lane.held[:] = [(message, sink) for message, sink in lane.held if not had.has(message)]
         while lane.held:
             message, sink = lane.held[0]
-            ts = _ts_of(message)
-            key = ts_key(ts)
-            if had is None or key is None or not had.has(key):
-                await self._deliver(lane, channel, ts, message, sink, remember=True)
+            if had is None or not had.has(message):
+                await self._deliver(lane, channel, _ts_of(message), message, sink, remember=True)
             del lane.held[0]
 
     async def _page(
@@ -457,12 +476,13 @@ class Receiver:
             await self._positions.flush_or_log()
 
     def close(self) -> None:
-        """Inbound is over: open every lane. What is held is dropped undelivered; it was
-        acknowledged, and the stored position, before it, reads it back at the next start."""
+        """Inbound is over: open every lane. What is held is kept, for the next start to hand
+        on after its read-back: it was acknowledged, so Slack does not send it again, and a
+        thread reply is in no read-back (history does not list replies). Live messages until
+        that start (over the Events API only) go straight to the sink, as without a read-back,
+        so they may come before what is held."""
         self._closed = True
         for lane in self._lanes.values():
             lane.shut = False
-            lane.held.clear()
-            lane.overflowed = False
         if self._loading is not None:
             self._loading.set()

@@ -458,3 +458,27 @@ async def test_a_held_thread_reply_older_than_the_newest_read_is_still_handed_on
         await sink.count(2)
         tasks.cancel_scope.cancel()
     assert sink.texts == ["m3", "a reply"]
+
+
+async def test_a_held_reply_the_sink_refused_after_the_gap_went_past_it_is_handed_on_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gap moved the position past the held reply, then the sink refused the reply: the
+    channel is read again later from past it, and the reply must not count as one that read
+    had (no read lists replies)."""
+    monkeypatch.setattr(receiver_module, "RETRY_WAIT", 0.05)
+    kv = MemoryKeyValueStore()
+    positions = await remembered(kv, 1)
+    history, sink = History(), Sink()
+    reply = dataclasses.replace(live_message(2), thread=ts_of(1), text="a reply")
+    history.write(3)  # a channel message after the reply, listed
+    sink.refuse.add("a reply")
+    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
+    receiver.start(positions)
+    await receiver.live(reply, sink)  # held: the channel's gap is not read yet
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(receiver.run, sink, history)
+        await sink.count(2)
+        tasks.cancel_scope.cancel()
+    assert sink.texts == ["m3", "a reply"]
+    assert len(history.requests) == 2  # read again after the refusal

@@ -1,6 +1,7 @@
 """A read-back cut short by a Socket Mode drop, and the next ``receive`` of the same provider
 (an embedder's provider is given its ``receive`` again after a drop): the channels the cut one
-had not finished are read first. Against FakeSlack, its requests counted at the platform."""
+had not finished are read first, and the live messages it held are neither lost nor handed on
+twice. Against FakeSlack, its requests counted at the platform."""
 
 from __future__ import annotations
 
@@ -28,14 +29,21 @@ PROFILE = "team"
 
 
 class Sink:
-    """The core's sink; ``on_message`` is called with each message it took."""
+    """The core's sink; ``hang_on`` names a text whose first delivery never returns (the core
+    was taking it when the socket dropped), and which is not taken then."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hang_on: str | None = None) -> None:
         self.messages: list[InboundMessage] = []
+        self.hung = anyio.Event()
         self.on_message: Callable[[InboundMessage], None] = lambda message: None
+        self._hang_on = hang_on
         self._changed = anyio.Event()
 
     async def __call__(self, message: InboundMessage) -> None:
+        if message.text == self._hang_on:
+            self._hang_on = None
+            self.hung.set()
+            await anyio.sleep_forever()
         self.messages.append(message)
         self.on_message(message)
         self._changed.set()
@@ -197,3 +205,86 @@ async def test_a_read_back_after_a_drop_goes_first_to_the_channels_the_cut_one_h
     assert len(runs.lost) == drops
     assert history_channels(fake)[2 * drops :] == order[drops:] + order[:drops]
     assert [m.text for m in sink.messages] == [f"missed in {channel}" for channel in order]
+
+
+# ---------------------------------------------------------------------- the held messages
+
+
+async def test_a_held_thread_reply_of_a_channel_not_yet_read_is_handed_on_after_the_drop(
+    fake: FakeSlack,
+) -> None:
+    """A held message is acknowledged: Slack does not send it again. A channel message is in
+    the next read-back anyway; a thread reply is not (history does not list replies), so
+    dropping what is held at the drop loses it."""
+    kv = MemoryKeyValueStore()
+    await first_run(fake, kv, CHANNEL)
+    [parent] = [m.ts for m in fake.messages.values() if m.text == "seen live 0"]
+    provider = SlackProvider(socket_settings(fake), profile=PROFILE, kv=kv)
+    sink = Sink()
+    runs = Runs(fake, provider, sink)
+    fake.history_hold = threading.Event()  # the channel's read is made, and not answered
+
+    async def reply_while_the_channel_is_read() -> None:
+        await in_thread(lambda: fake.wait_for(1, "conversations.history"))
+        reply = push(fake, say(fake, CHANNEL, "a reply", thread_ts=parent))
+        assert await in_thread(lambda: fake.socket_acked(reply))  # held, acknowledged
+
+    try:
+        async with provider:
+            await runs.until_dropped(reply_while_the_channel_is_read)
+            fake.history_hold.set()
+            fake.history_hold = None
+            assert sink.messages == []
+
+            async def then_a_live_one() -> None:
+                await in_thread(lambda: fake.wait_for(2, "conversations.history"))
+                push(fake, say(fake, CHANNEL, "live after"))
+                await sink.until(lambda messages: "live after" in [m.text for m in messages])
+
+            await runs.until_done(then_a_live_one)
+    finally:
+        if fake.history_hold is not None:
+            fake.history_hold.set()
+    assert sink.texts(CHANNEL) == ["a reply", "live after"]
+
+
+async def test_a_held_reply_whose_read_went_past_it_before_the_drop_is_handed_on_once(
+    fake: FakeSlack,
+) -> None:
+    """The read listed a newer channel message and handed it on (the channel's position is now
+    past the reply) when the socket dropped while the core was taking the held reply. The next
+    read-back starts after the newer message: the reply is still handed on, and the newer
+    message's held live copy is not handed on a second time."""
+    kv = MemoryKeyValueStore()
+    await first_run(fake, kv, CHANNEL)
+    [parent] = [m.ts for m in fake.messages.values() if m.text == "seen live 0"]
+    provider = SlackProvider(socket_settings(fake), profile=PROFILE, kv=kv)
+    sink = Sink(hang_on="a reply")
+    runs = Runs(fake, provider, sink)
+    hold = threading.Event()
+    fake.history_hold = hold
+
+    async def drop_while_the_reply_is_taken() -> None:
+        await in_thread(lambda: fake.wait_for(1, "conversations.history"))
+        reply = push(fake, say(fake, CHANNEL, "a reply", thread_ts=parent))
+        newer = push(fake, say(fake, CHANNEL, "newer"))
+        assert await in_thread(lambda: fake.socket_acked(reply) and fake.socket_acked(newer))
+        hold.set()  # the read is answered now: it lists "newer", not the reply
+        with anyio.fail_after(10):
+            await sink.hung.wait()
+
+    try:
+        async with provider:
+            await runs.until_dropped(drop_while_the_reply_is_taken)
+            fake.history_hold = None
+            assert [m.text for m in sink.messages] == ["newer"]
+
+            async def then_a_live_one() -> None:
+                await in_thread(lambda: fake.wait_for(2, "conversations.history"))
+                push(fake, say(fake, CHANNEL, "live after"))
+                await sink.until(lambda messages: "live after" in [m.text for m in messages])
+
+            await runs.until_done(then_a_live_one)
+    finally:
+        hold.set()
+    assert sink.texts(CHANNEL) == ["newer", "a reply", "live after"]
