@@ -175,10 +175,20 @@ async def test_messages_already_delivered_are_not_read_back_again(fake: FakeSlac
     seen = [m.ts for m in fake.messages.values() if m.text == "seen live 0"]
     assert read["oldest"] == seen[0]  # from the last one delivered, exclusive
 
+    # The read is held until the live event was taken, so it lists that message: written
+    # between an unheld read and its event's arrival, it would come both ways (the core's
+    # dedup drops the second; this sink has none).
     sink = Sink()
-    async with running(fake, socket_settings(fake), kv, sink):
-        push(fake, say(fake, CHANNEL, "third run, live"))
-        await sink.count(1)
+    fake.history_hold = threading.Event()
+    try:
+        async with running(fake, socket_settings(fake), kv, sink):
+            await in_thread(lambda: fake.wait_for(2, "conversations.history"))
+            live = push(fake, say(fake, CHANNEL, "third run, live"))
+            assert await in_thread(lambda: fake.socket_acked(live))  # held
+            fake.history_hold.set()
+            await sink.count(1)
+    finally:
+        fake.history_hold.set()
     assert [m.text for m in sink.messages] == ["third run, live"]
     last = [m.ts for m in fake.messages.values() if m.text == "second run, live"]
     assert history_reads(fake)[-1]["oldest"] == last[0]
