@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from bridge_core.ledger.model import LedgerError
 from bridge_core.ledger.store import LedgerStore
@@ -16,12 +17,15 @@ async def open_store(
     owner: str | None = None,
     table_prefix: str = "bridge_",
     lease: float = 60.0,
+    sqlite_writer: Literal["thread", "process"] = "thread",
 ) -> LedgerStore:
     """Open (and create if needed) the ledger at ``location`` and register this process.
 
     ``owner`` overrides this process's owner id (tests); ``table_prefix`` names the PostgreSQL
     tables (SQLite always uses ``ledger``); ``lease`` is the PostgreSQL owner lease in seconds
-    (how long a dead gateway's rows wait before a live one takes them over).
+    (how long a dead gateway's rows wait before a live one takes them over);
+    ``sqlite_writer="process"`` runs a SQLite ledger's hot statements in a writer process of
+    their own, off the event loop's GIL (ADR 0186).
     """
     text = str(location)
     store: LedgerStore
@@ -38,6 +42,6 @@ async def open_store(
         from bridge_core.ledger.sqlite import SQLiteLedgerStore
 
         path = text.removeprefix("sqlite://")
-        store = SQLiteLedgerStore(path, owner=owner)
+        store = SQLiteLedgerStore(path, owner=owner, writer=sqlite_writer)
     await store.open()
     return store

@@ -1,4 +1,5 @@
-"""The embedded ledger: one SQLite file, WAL, ``synchronous=FULL``, one writer thread.
+"""The embedded ledger: one SQLite file, WAL, ``synchronous=FULL``, one writer thread (and,
+with ``writer="process"``, a writer process for the hot statements, ADR 0186).
 
 Accepted means durable across a power cut, not only a process kill. Every write goes through
 ``SQLiteWriter``, which batches concurrent calls into group commits off the event loop; the
@@ -15,7 +16,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
@@ -42,6 +43,7 @@ from bridge_core.ledger.sqlmerged import (
     MergedHeldUpdates,
     MergedRecords,
 )
+from bridge_core.ledger.sqlprocess import SQLiteWriterProcess
 from bridge_core.ledger.sqlreader import SQLiteReader, TakenRows
 from bridge_core.ledger.sqlschema import (
     BUSY_TIMEOUT_MS,
@@ -63,12 +65,19 @@ _CLAIMABLE_UNHELD = frozenset({State.PENDING, State.FAILED})
 _UNSYNCED_SETTLES = frozenset({State.DELIVERED, State.ATTEMPTING})
 _KNOWN_LIMIT = 50_000
 _SELECT = f"SELECT {COLUMNS} FROM ledger"
+T = TypeVar("T")
 
 
 class SQLiteLedgerStore:
     """A ledger in one SQLite file (created with its folder if missing)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        owner: str | None = None,
+        writer: Literal["thread", "process"] = "thread",
+    ) -> None:
         self.path = Path(path)
         self._me = current_owner()
         self._owner = owner if owner is not None else str(self._me)
@@ -85,6 +94,22 @@ class SQLiteLedgerStore:
         self._claims = MergedClaims(self._owner, self._forget_live, lambda: self._dead_json)
         self._held = MergedHeldUpdates(self._owner)
         self._delivered = MergedDelivered(self._owner)
+        # The writer of the hot, merged statements (record, claim, settle): the thread itself,
+        # or a process of its own (``writer="process"``, ADR 0186); functions of the connection
+        # (``writer.call``) always run on the thread.
+        self.hot: SQLiteWriter | SQLiteWriterProcess = self.writer
+        if writer == "process":
+            kinds = {
+                id(self._records): "records",
+                id(self._claims): "claims",
+                id(self._held): "held",
+                id(self._delivered): "delivered",
+            }
+            self.hot = SQLiteWriterProcess(
+                str(self.path), owner=self._owner, kinds=kinds, thread=self.writer
+            )
+        elif writer != "thread":
+            raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
         # Rows as this store last wrote or read them, so a claim or a held update that follows
         # needs only the id back instead of the whole row (event loop thread only; bounded).
         self._known: dict[str, Obligation] = {}
@@ -92,6 +117,12 @@ class SQLiteLedgerStore:
     @property
     def owner(self) -> str:
         return self._owner
+
+    async def _after_hot(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """``run`` on the writer thread, after every merged call made before it, whichever
+        writer has them: a read or write there sees what they did, as with the thread alone."""
+        await self.hot.caught_up()
+        return await self.writer.call(run)
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         setup_connection(conn)
@@ -124,6 +155,12 @@ class SQLiteLedgerStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             await self.writer.start()
+            if self.hot is not self.writer:
+                try:
+                    await self.hot.start()
+                except BaseException:
+                    await self.writer.stop()
+                    raise
         except (OSError, sqlite3.Error) as error:
             raise LedgerError(
                 f"cannot open the ledger file {self.path}: {error}; check the path and that "
@@ -132,9 +169,13 @@ class SQLiteLedgerStore:
 
     async def aclose(self) -> None:
         try:
-            await self._reader.aclose()
+            if self.hot is not self.writer:
+                await self.hot.stop()
         finally:
-            await self.writer.stop()
+            try:
+                await self._reader.aclose()
+            finally:
+                await self.writer.stop()
 
     async def renew(self) -> None:
         return None
@@ -188,14 +229,14 @@ class SQLiteLedgerStore:
             return [owner for (owner,) in found]
 
         # read through the open rows' index; liveness from /proc (remembered for the dead)
-        return {owner for owner in await self.writer.call(run) if not self._alive(owner)}
+        return {owner for owner in await self._after_hot(run) if not self._alive(owner)}
 
     async def record(
         self, reply: Reply, *, now: float, claimed: bool = False
     ) -> tuple[Obligation, bool]:
         # The new row is built here rather than read back: the writer thread does less.
         fresh = new_row(reply, owner=self._owner, now=now, claimed=claimed)
-        return self._recorded(await self.writer.call_merged(self._records, fresh))
+        return self._recorded(await self.hot.call_merged(self._records, fresh))
 
     def _recorded(self, recorded: tuple[Obligation, bool]) -> tuple[Obligation, bool]:
         row, created = recorded
@@ -208,7 +249,7 @@ class SQLiteLedgerStore:
     ) -> RecordInFlight | None:
         """``record`` queued to the writer now, not awaited (ADR 0164); ``None`` off asyncio."""
         recording = RecordInFlight(new_row(reply, owner=self._owner, now=now, claimed=claimed))
-        call = self.writer.queue_merged(
+        call = self.hot.queue_merged(
             self._records, recording.fresh, committing=recording.at_commit, then=recording.ended
         )
         if call is None or call.future is None:
@@ -221,7 +262,7 @@ class SQLiteLedgerStore:
             found = conn.execute(f"{_SELECT} WHERE id = ?", (obligation_id,)).fetchone()
             return None if found is None else to_obligation(found)
 
-        row = await self.writer.call(run)
+        row = await self._after_hot(run)
         if row is not None and row.state in _CLAIMABLE_UNHELD:
             self._remember(row)
         return row
@@ -254,7 +295,7 @@ class SQLiteLedgerStore:
 
     async def claim(self, obligation_id: str, *, fence: int, now: float) -> Obligation | None:
         item, known = self._claim_item(obligation_id, fence, now)
-        return self._claimed(known, await self.writer.call_merged(self._claims, item), fence, now)
+        return self._claimed(known, await self.hot.call_merged(self._claims, item), fence, now)
 
     async def claim_many(
         self, items: Sequence[tuple[str, int]], *, now: float
@@ -272,7 +313,7 @@ class SQLiteLedgerStore:
             claim_items.append(
                 (obligation_id, fence, now, None if known is None else known.created_at)
             )
-        results = await self.writer.call_merged_many(self._claims, claim_items)
+        results = await self.hot.call_merged_many(self._claims, claim_items)
         claimed: list[Obligation | None] = []
         owner = self._owner
         for (_, fence), known, result in zip(items, knowns, results, strict=True):
@@ -315,7 +356,7 @@ class SQLiteLedgerStore:
                     row.created_at if row.state in _CLAIMABLE_UNHELD else None,
                 )
             )
-        results = await self.writer.call_merged_many(
+        results = await self.hot.call_merged_many(
             self._claims, items, begun=begun, committing=committing
         )
         claimed: list[Obligation | Literal[True] | None] = []
@@ -364,14 +405,14 @@ class SQLiteLedgerStore:
             ).fetchone()
             return None if found is None else to_obligation(found)
 
-        return await self.writer.call(run)
+        return await self._after_hot(run)
 
     async def progress(
         self, obligation_id: str, *, fence: int, ref: MessageRef, now: float
     ) -> Obligation | None:
         item, known = self._held_item(obligation_id, fence, now, ref=ref)
         # A part's ref lost on a power cut: that part goes again, labelled (ADR 0143).
-        result = await self.writer.call_merged(self._held, item, durable=False)
+        result = await self.hot.call_merged(self._held, item, durable=False)
         return self._held_result(known, result, now, ref=ref)
 
     async def mark_delivered(
@@ -392,7 +433,7 @@ class SQLiteLedgerStore:
             created_at = None if known is None else known.created_at
             prepared.append((oid, fence, now, ref.channel, ref.message_id, ref.thread, created_at))
         # Settles need not survive a power cut, only a process kill (ADR 0143).
-        return await self.writer.call_merged_many(self._delivered, prepared, durable=False)
+        return await self.hot.call_merged_many(self._delivered, prepared, durable=False)
 
     def _held_item(
         self,
@@ -492,7 +533,7 @@ class SQLiteLedgerStore:
         # A settle lost on a power cut leaves the row attempting: it is resent labelled as a
         # possible duplicate (ADR 0143), so only a settle that gives up (abandoned) or
         # schedules a resend (failed, pending) waits for an fsync.
-        result = await self.writer.call_merged(
+        result = await self.hot.call_merged(
             self._held, item, durable=state not in _UNSYNCED_SETTLES
         )
         return self._held_result(
@@ -559,7 +600,7 @@ class SQLiteLedgerStore:
             ).fetchone()
             return None if found is None else to_obligation(found)
 
-        return await self.writer.call(run)
+        return await self._after_hot(run)
 
     async def purge(self, *, states: Collection[State], created_before: float | None = None) -> int:
         final = [state for state in states if state.final]
@@ -570,7 +611,7 @@ class SQLiteLedgerStore:
         def run(conn: sqlite3.Connection) -> int:
             return conn.execute(f"DELETE FROM ledger{where}", params).rowcount
 
-        return await self.writer.call(run)
+        return await self._after_hot(run)
 
     async def prune(self, *, delivered_before: float) -> int:
         def run(conn: sqlite3.Connection) -> int:
@@ -579,4 +620,4 @@ class SQLiteLedgerStore:
                 (delivered_before,),
             ).rowcount
 
-        return await self.writer.call(run)
+        return await self._after_hot(run)

@@ -34,7 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Merged", "SQLiteWriter"]
+__all__ = ["BatchCall", "Merged", "SQLiteWriter", "commit_batch"]
 
 T = TypeVar("T")
 I_contra = TypeVar("I_contra", contravariant=True)
@@ -186,6 +186,10 @@ class SQLiteWriter:
             raise self._open_error
         self._running = True
 
+    async def caught_up(self) -> None:
+        """Nothing to wait for: one thread runs every call in the order it came (see
+        ``SQLiteWriterProcess.caught_up``)."""
+
     async def call(self, fn: Callable[[sqlite3.Connection], T], *, durable: bool = True) -> T:
         """Run ``fn(conn)`` in the writer's next transaction; returns after its commit.
         ``durable=False``: that commit need only survive a process kill (see the module)."""
@@ -325,41 +329,8 @@ class SQLiteWriter:
             conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Call[Any]]) -> None:
-        # No savepoint per call (two more statements each): when a call raises, the transaction
-        # is rolled back and the batch runs again without it. Calls are functions of the
-        # connection only, so running one again is safe; errors are rare (bugs, a full disk).
         _signal_begun(batch)
-        units = _units(batch)
-        level = "FULL" if any(call.durable for call in batch) else "NORMAL"
-        while units:
-            failed: list[_Call[Any]] | None = None
-            try:
-                self._set_synchronous(conn, level)
-                conn.execute("BEGIN IMMEDIATE")
-                for unit in units:
-                    try:
-                        _run_unit(conn, unit)
-                    except Exception as error:
-                        if len(unit) == 1:
-                            unit[0].error = error
-                        failed = unit
-                        break
-                if failed is None:
-                    _signal_committing(batch)
-                    conn.execute("COMMIT")
-                    break
-                conn.execute("ROLLBACK")
-                # A merged group that raised runs again item by item, to find the one.
-                rest = [other for other in units if other is not failed]
-                units = rest if len(failed) == 1 else rest + [[call] for call in failed]
-            except Exception as error:  # BEGIN, COMMIT or the PRAGMA failed: none kept
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                for unit in units:
-                    for call in unit:
-                        call.error = error
-                        call.result = None
-                break
+        commit_batch(conn, batch, set_level=self._set_synchronous, committing=_signal_committing)
         self.batches += 1
         self.calls += len(batch)
         self.unsynced += self._synchronous == "NORMAL"
@@ -401,6 +372,70 @@ class SQLiteWriter:
             self._synchronous = level
 
 
+class BatchCall(Protocol):
+    """What ``commit_batch`` reads and sets of a call (``_Call`` here, the writer process's own
+    in ``sqlchild``): a function of the connection (``fn``) or a ``kind``'s ``item``."""
+
+    fn: Callable[[sqlite3.Connection], Any] | None
+    kind: Merged[Any, Any] | None
+    item: Any
+    many: bool
+    durable: bool
+    result: Any
+    error: BaseException | None
+
+
+C = TypeVar("C", bound=BatchCall)
+
+
+def commit_batch(
+    conn: sqlite3.Connection,
+    batch: Sequence[C],
+    *,
+    set_level: Callable[[sqlite3.Connection, str], None],
+    committing: Callable[[list[C]], None],
+) -> None:
+    """Run ``batch`` in one ``BEGIN IMMEDIATE`` transaction and commit it, at ``FULL`` when any
+    call is durable (``set_level(conn, level)`` before the ``BEGIN``), calling ``committing``
+    just before the ``COMMIT``; each call's ``result`` or ``error`` is set.
+
+    No savepoint per call (two more statements each): when a call raises, the transaction is
+    rolled back and the batch runs again without it. Calls are functions of the connection
+    only, so running one again is safe; errors are rare (bugs, a full disk)."""
+    calls = list(batch)
+    units = _units(calls)
+    level = "FULL" if any(call.durable for call in calls) else "NORMAL"
+    while units:
+        failed: list[C] | None = None
+        try:
+            set_level(conn, level)
+            conn.execute("BEGIN IMMEDIATE")
+            for unit in units:
+                try:
+                    _run_unit(conn, unit)
+                except Exception as error:
+                    if len(unit) == 1:
+                        unit[0].error = error
+                    failed = unit
+                    break
+            if failed is None:
+                committing(calls)
+                conn.execute("COMMIT")
+                break
+            conn.execute("ROLLBACK")
+            # A merged group that raised runs again item by item, to find the one.
+            rest = [other for other in units if other is not failed]
+            units = rest if len(failed) == 1 else rest + [[call] for call in failed]
+        except Exception as error:  # BEGIN, COMMIT or the PRAGMA failed: none kept
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for unit in units:
+                for call in unit:
+                    call.error = error
+                    call.result = None
+            break
+
+
 def _signal_begun(batch: list[_Call[Any]]) -> None:
     """Tell the callers that asked (``call_merged_many``) that the writer holds their batch:
     from here the batch needs the GIL only between its statements (ADR 0180)."""
@@ -422,10 +457,10 @@ def _signal_committing(batch: list[_Call[Any]]) -> None:
             _call_soon(call, committing)
 
 
-def _units(batch: list[_Call[Any]]) -> list[list[_Call[Any]]]:
+def _units(batch: list[C]) -> list[list[C]]:
     """Plain calls one by one; merged calls grouped by kind, where the kind first appeared."""
-    units: list[list[_Call[Any]]] = []
-    groups: dict[int, list[_Call[Any]]] = {}
+    units: list[list[C]] = []
+    groups: dict[int, list[C]] = {}
     for call in batch:
         if call.kind is None:
             units.append([call])
@@ -438,7 +473,7 @@ def _units(batch: list[_Call[Any]]) -> list[list[_Call[Any]]]:
     return units
 
 
-def _run_unit(conn: sqlite3.Connection, unit: list[_Call[Any]]) -> None:
+def _run_unit(conn: sqlite3.Connection, unit: Sequence[BatchCall]) -> None:
     first = unit[0]
     if first.kind is None:
         assert first.fn is not None
@@ -448,7 +483,7 @@ def _run_unit(conn: sqlite3.Connection, unit: list[_Call[Any]]) -> None:
     many = False
     for call in unit:
         if call.many:
-            items += call.item  # type: ignore[arg-type]
+            items += call.item
             many = True
         else:
             items.append(call.item)
@@ -462,7 +497,7 @@ def _run_unit(conn: sqlite3.Connection, unit: list[_Call[Any]]) -> None:
     at = 0
     for call in unit:
         if call.many:
-            count = len(call.item)  # type: ignore[arg-type]
+            count = len(call.item)
             call.result = list(results[at : at + count])
             at += count
         else:

@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -64,9 +64,10 @@ class MemoryHarness(Harness):
 class SQLiteHarness(Harness):
     kind = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, writer: Literal["thread", "process"] = "thread") -> None:
         super().__init__()
         self.path = path
+        self.writer = writer
         self.children: dict[str, subprocess.Popen[bytes]] = {}
 
     async def store(self, *, me: bool = False) -> LedgerStore:
@@ -80,7 +81,7 @@ class SQLiteHarness(Harness):
             assert started is not None
             owner = str(Owner(current_owner().host, child.pid, started))
             self.children[owner] = child
-        store = SQLiteLedgerStore(self.path, owner=owner)
+        store = SQLiteLedgerStore(self.path, owner=owner, writer=self.writer)
         await store.open()
         self.opened.append(store)
         return store
@@ -135,7 +136,7 @@ def anyio_backend() -> str:
     return "asyncio"  # psycopg's async connections need asyncio; store I/O runs in real time
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-process", "postgres"])
 async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
     kind: Any = request.param
     made: Harness
@@ -143,6 +144,8 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         made = MemoryHarness()
     elif kind == "sqlite":
         made = SQLiteHarness(tmp_path / "ledger.db")
+    elif kind == "sqlite-process":  # the hot statements in a writer process (ADR 0186)
+        made = SQLiteHarness(tmp_path / "ledger.db", writer="process")
     else:
         made = PostgresHarness(require_postgres())
     try:

@@ -43,8 +43,17 @@ def stored(path: Path, obligation_id: str) -> tuple[str, int, int] | None:
     return None if found is None else (str(found[0]), int(found[1]), int(found[2]))
 
 
+@pytest.fixture(params=["thread", "process"])
+async def store(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    # the writer process (ADR 0186) says when a commit begins and ends as the thread does
+    opened = SQLiteLedgerStore(tmp_path / "l.sqlite3", writer=request.param)
+    await opened.open()
+    yield opened
+    await opened.aclose()
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> Any:
+async def thread_store(tmp_path: Path) -> Any:
     opened = SQLiteLedgerStore(tmp_path / "l.sqlite3")
     await opened.open()
     yield opened
@@ -108,8 +117,11 @@ async def test_the_first_waiter_is_woken_first_and_a_cancelled_one_leaves_the_re
 
 
 async def test_a_record_that_fails_raises_to_every_waiter(
-    store: SQLiteLedgerStore, monkeypatch: pytest.MonkeyPatch
+    thread_store: SQLiteLedgerStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the thread's writer: the patched statement runs in this process (the writer process's
+    # errors: test_sqlite_writer_process.py)
+    store = thread_store
     def refuse(self: MergedRecords, conn: sqlite3.Connection, items: Any) -> Any:
         raise sqlite3.OperationalError("disk I/O error")
 

@@ -1,0 +1,207 @@
+"""The SQLite ledger's writer process: ``main([PATH, OWNER])``, in a Python of its own.
+
+Started by ``SQLiteWriterProcess`` (``sqlprocess``), which talks to it over its standard input
+and output in frames: four bytes of length (little-endian), then a pickle. It opens ``PATH`` as
+the writer thread does and runs the ledger's merged statements (``sqlmerged``) for the store
+whose owner is ``OWNER``, in group commits, with the same rules (``sqlwriter.commit_batch``).
+
+Frames in: a list of calls, each ``(kind, durable, item, many, wants)``: ``kind`` one of
+``KINDS``, ``wants`` a bit mask of the signals the call asked for (``WANTS_BEGUN``,
+``WANTS_COMMITTING``).
+The child numbers nothing: it answers calls in the order they came, and a batch is always the
+next calls in line, so the parent matches answers by counting.
+
+Frames out: ``(READY,)`` once the file is open, or ``(FAILED, message)`` if it cannot be; then,
+per batch, ``(BEGUN, n)`` before its ``BEGIN`` and ``(COMMITTING, n)`` before its ``COMMIT``
+when one of its ``n`` calls asked, and ``(DONE, n, outcomes)``: one ``(result, error)`` a call.
+A record whose row went in as sent comes back as its ``created`` flag alone, not the row.
+
+The child ends when its input does: when the store closes it, or when the gateway dies (a kill
+closes the pipe), after the batch it is running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sqlite3
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from bridge_core.ledger.model import Owner
+from bridge_core.ledger.owner import current_owner, is_alive_here
+from bridge_core.ledger.sqlmerged import (
+    MergedClaims,
+    MergedDelivered,
+    MergedHeldUpdates,
+    MergedRecords,
+)
+from bridge_core.ledger.sqlschema import setup_connection
+from bridge_core.ledger.sqlwriter import Merged, commit_batch
+
+__all__ = [
+    "BEGUN",
+    "COMMITTING",
+    "DONE",
+    "FAILED",
+    "HEADER",
+    "KINDS",
+    "READY",
+    "WANTS_BEGUN",
+    "WANTS_COMMITTING",
+    "main",
+]
+
+HEADER = struct.Struct("<I")
+READY, FAILED, BEGUN, COMMITTING, DONE = range(5)
+WANTS_BEGUN, WANTS_COMMITTING = 1, 2  # a call's ``wants``
+KINDS = ("records", "claims", "held", "delivered")
+_MAX_BATCH = 1000  # calls a transaction, as the writer thread's ``max_batch``
+_DEAD_LIMIT = 10_000
+
+
+class _Liveness:
+    """``owner_alive`` for the claims' statement, as the store's ``_alive``: the store's own
+    owner is alive; a dead owner stays dead; a live one is remembered within one statement."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.here: Owner = current_owner()  # this host (the pid is this child's: unused)
+        self.live: set[str] = set()
+        self.dead: set[str] = set()
+        self.dead_json = "[]"
+
+    def alive(self, owner: str) -> bool:
+        if owner == self.owner or owner in self.live:
+            return True
+        if owner in self.dead:
+            return False
+        if is_alive_here(owner, me=self.here):
+            self.live.add(owner)
+            return True
+        if len(self.dead) > _DEAD_LIMIT:
+            self.dead.clear()
+        self.dead.add(owner)
+        self.dead_json = json.dumps(sorted(self.dead))
+        return False
+
+    def forget_live(self) -> None:
+        self.live.clear()
+
+
+class _ChildCall:
+    """A call as ``commit_batch`` runs it."""
+
+    __slots__ = ("durable", "error", "fn", "item", "kind", "many", "name", "result", "wants")
+
+    def __init__(self, kind: Merged[Any, Any], name: str, durable: bool, item: Any, many: bool):
+        self.fn: Callable[[sqlite3.Connection], Any] | None = None
+        self.kind: Merged[Any, Any] | None = kind
+        self.name = name
+        self.durable = durable
+        self.item = item
+        self.many = many
+        self.wants = 0
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+def _send(message: tuple[Any, ...]) -> None:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(HEADER.pack(len(body)) + body)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def _outcome(call: _ChildCall) -> tuple[Any, Any]:
+    if call.error is not None:
+        try:
+            pickle.dumps(call.error)
+            return None, call.error
+        except Exception:  # an error that cannot cross: its words do
+            return None, RuntimeError(f"{type(call.error).__name__}: {call.error}")
+    result = call.result
+    if call.name == "records" and not call.many and result[0] is call.item:
+        return result[1], None  # the row as sent: the parent has it
+    return result, None
+
+
+class _Child:
+    def __init__(self, path: str, owner: str) -> None:
+        self.liveness = _Liveness(owner)
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        setup_connection(self.conn)
+        self.conn.create_function("owner_alive", 1, self.liveness.alive, deterministic=False)
+        self.level = "FULL"  # ``setup_connection`` leaves it FULL
+        liveness = self.liveness
+        self.kinds: dict[str, Merged[Any, Any]] = {
+            "records": MergedRecords(owner),
+            "claims": MergedClaims(owner, liveness.forget_live, lambda: liveness.dead_json),
+            "held": MergedHeldUpdates(owner),
+            "delivered": MergedDelivered(owner),
+        }
+
+    def set_level(self, conn: sqlite3.Connection, level: str) -> None:
+        # as ``SQLiteWriter._set_synchronous``: a PRAGMA only when the level changes
+        if level != self.level:
+            try:
+                conn.execute(f"PRAGMA synchronous = {level}")
+            except Exception:
+                if level == "FULL":
+                    raise
+                return
+            self.level = level
+
+    def run(self, calls: list[_ChildCall]) -> None:
+        wanted = 0
+        for call in calls:
+            wanted |= call.wants
+        if wanted & WANTS_BEGUN:
+            _send((BEGUN, len(calls)))
+
+        def committing(_: list[_ChildCall]) -> None:
+            if wanted & WANTS_COMMITTING:
+                _send((COMMITTING, len(calls)))
+
+        commit_batch(self.conn, calls, set_level=self.set_level, committing=committing)
+        _send((DONE, len(calls), [_outcome(call) for call in calls]))
+
+    def serve(self) -> None:
+        pending = bytearray()
+        calls: list[_ChildCall] = []
+        while True:
+            chunk = os.read(0, 1 << 20)
+            if not chunk:
+                break
+            pending += chunk
+            while len(pending) >= HEADER.size:
+                (size,) = HEADER.unpack_from(pending)
+                if len(pending) < HEADER.size + size:
+                    break
+                frame = pickle.loads(pending[HEADER.size : HEADER.size + size])
+                del pending[: HEADER.size + size]
+                for name, durable, item, many, wants in frame:
+                    call = _ChildCall(self.kinds[name], name, durable, item, many)
+                    call.wants = wants
+                    calls.append(call)
+            while calls:  # everything that came in one read is one batch, up to the cap
+                batch, calls = calls[:_MAX_BATCH], calls[_MAX_BATCH:]
+                self.run(batch)
+        self.conn.close()
+
+
+def main(argv: list[str]) -> int:
+    path, owner = argv
+    try:
+        child = _Child(path, owner)
+    except Exception as error:
+        _send((FAILED, f"{type(error).__name__}: {error}"))
+        return 1
+    _send((READY,))
+    try:
+        child.serve()
+    except BrokenPipeError:  # the parent is gone: nobody waits for an answer
+        return 0
+    return 0
