@@ -246,7 +246,12 @@ def phase(path: str, name: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    store = await open_store(args.ledger, table_prefix=args.prefix, lease=args.lease or 60.0)
+    store = await open_store(
+        args.ledger,
+        table_prefix=args.prefix,
+        lease=args.lease or 60.0,
+        sqlite_writer=args.sqlite_writer,
+    )
     platform = AppendingPlatform(args.out, args.send_delay, paced=args.paced)
     report_clock_bound(store, platform)
     paced = SenderPlatform(platform, args.sender) if args.sender else None
@@ -331,4 +336,5 @@ if __name__ == "__main__":
     parser.add_argument("--sender", type=float, default=0.0, help="send through a ChannelSender")
     parser.add_argument("--skew", type=float, default=0.0, help="run time.time this far behind")
     parser.add_argument("--sweep", type=float, default=0.0, help="the periodic sweep's interval")
+    parser.add_argument("--sqlite-writer", choices=("thread", "process"), default="thread")
     sys.exit(anyio.run(main, parser.parse_args()))

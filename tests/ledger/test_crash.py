@@ -34,8 +34,8 @@ soak = pytest.mark.skipif(
 )
 
 
-def _sqlite(tmp_path: Path, kills: int) -> None:
-    report = run_sqlite(tmp_path, kills=kills, seed=SEED)
+def _sqlite(tmp_path: Path, kills: int, extra: tuple[str, ...] = ()) -> None:
+    report = run_sqlite(tmp_path, kills=kills, seed=SEED, extra=extra)
     print(report.summary())
     # The kills must hit sends in flight and boot sweeps, or the test proves little.
     assert report.kills_while_attempting >= len(report.kills) // 3, report.summary()
@@ -45,6 +45,13 @@ def _sqlite(tmp_path: Path, kills: int) -> None:
 
 def test_sqlite_ledger_survives_sigkill(tmp_path: Path) -> None:
     _sqlite(tmp_path, kills=24)
+
+
+def test_sqlite_ledger_with_a_writer_process_survives_sigkill(tmp_path: Path) -> None:
+    """The same kills with the hot statements in a writer process (ADR 0186): the gateway's
+    death closes the child's input, and the child ends after the batch it is running, so a
+    batch can commit after the kill; what it commits is what a kill after a commit leaves."""
+    _sqlite(tmp_path, kills=12, extra=("--sqlite-writer", "process"))
 
 
 def test_replies_waiting_for_their_turn_at_a_kill_are_resent_clean(tmp_path: Path) -> None:

@@ -122,6 +122,7 @@ async def test_a_record_that_fails_raises_to_every_waiter(
     # the thread's writer: the patched statement runs in this process (the writer process's
     # errors: test_sqlite_writer_process.py)
     store = thread_store
+
     def refuse(self: MergedRecords, conn: sqlite3.Connection, items: Any) -> Any:
         raise sqlite3.OperationalError("disk I/O error")
 

@@ -1,0 +1,188 @@
+"""The SQLite ledger's writer process (``writer="process"``, ADR 0186): the hot statements run
+in a child with a GIL of its own, every reply still recorded before it is sent; a child that
+dies fails every call loudly; a child ends with its gateway; a call on the thread after hot
+calls sees them; off asyncio there is no child."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bridge_core.ledger import Delivery, DeliveryLedger, LedgerError, Reply, State
+from bridge_core.ledger.sqlite import SQLiteLedgerStore
+from bridge_core.provider import MessageRef
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the writer process is asyncio's; off it, see the trio test below
+
+
+def reply(number: int) -> Reply:
+    return Reply(
+        obligation_id=f"o{number}", profile="p", platform="console", channel="c", text="hi"
+    )
+
+
+def states(path: Path) -> dict[str, int]:
+    with closing(sqlite3.connect(path)) as conn:
+        return dict(conn.execute("SELECT state, count(*) FROM ledger GROUP BY state").fetchall())
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    opened = SQLiteLedgerStore(tmp_path / "l.sqlite3", writer="process")
+    await opened.open()
+    yield opened
+    await opened.aclose()
+
+
+@pytest.mark.parametrize("begins", [False, True], ids=["submit", "claimed at the turn"])
+async def test_replies_are_recorded_before_their_send_and_settled_by_the_child(
+    store: SQLiteLedgerStore, begins: bool
+) -> None:
+    assert store.hot is not store.writer and store.hot.pid is not None
+    assert running(store.hot.pid)
+    recorded_first: list[bool] = []
+
+    async def deliver(delivery: Delivery) -> MessageRef:
+        await delivery.begin()
+        with closing(sqlite3.connect(store.path)) as conn:  # committed, by the child
+            found = conn.execute(
+                "SELECT state FROM ledger WHERE id = ?", (delivery.obligation_id,)
+            ).fetchone()
+        recorded_first.append(found == ("attempting",))
+        return MessageRef(delivery.channel, delivery.obligation_id)
+
+    ledger = DeliveryLedger(store, deliver=deliver, profiles={"p"}, deliver_begins=begins)
+    async with anyio.create_task_group() as group:
+        for number in range(300):
+            group.start_soon(ledger.submit, reply(number))
+    assert recorded_first == [True] * 300
+    assert states(store.path) == {"delivered": 300}
+    statements = 3 if begins else 2  # record (claimed, or then claimed), settle
+    assert store.hot.calls == 300 * statements
+    assert 1 <= store.hot.batches < 300 * statements  # group commits, not one a call
+
+
+async def test_a_boot_sweep_claims_and_settles_through_the_child(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite3"
+    # rows a process of another host left pending (a SQLite ledger's owner there counts as
+    # dead), so the sweep's claims call the child's owner_alive
+    seeded = SQLiteLedgerStore(path, owner="gone-host|1|0")
+    await seeded.open()
+    for number in range(1500):
+        await seeded.record(reply(number), now=time.time())
+    await seeded.aclose()
+    store = SQLiteLedgerStore(path, writer="process")
+    await store.open()
+    try:
+        sent: list[str] = []
+
+        async def deliver(delivery: Delivery) -> MessageRef:
+            sent.append(delivery.obligation_id)
+            return MessageRef(delivery.channel, "1")
+
+        report = await DeliveryLedger(store, deliver=deliver, profiles={"p"}).boot_sweep()
+        assert report.delivered == 1500 and sorted(set(sent)) == sorted(sent)
+        assert states(path) == {"delivered": 1500}
+        # the claims and the settles went to the child, a page's worth a call
+        assert store.hot.calls >= 2 and store.hot.batches >= 2
+    finally:
+        await store.aclose()
+
+
+async def test_a_call_on_the_thread_sees_the_hot_calls_made_before_it(
+    store: SQLiteLedgerStore,
+) -> None:
+    # A record queued and not awaited (its caller may have gone): a read on the thread's
+    # connection made after it must find it, as with the thread writer alone.
+    for number in range(50):
+        recording = store.record_soon(reply(number), now=1.0, claimed=True)
+        assert recording is not None
+        row = await store.get(f"o{number}")
+        assert row is not None and row.state is State.ATTEMPTING
+
+
+async def test_a_killed_child_fails_every_call_loudly_and_the_store_still_closes(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteLedgerStore(tmp_path / "l.sqlite3", writer="process")
+    await store.open()
+    await store.record(reply(0), now=1.0)
+    assert store.hot.pid is not None
+    os.kill(store.hot.pid, signal.SIGKILL)
+    with anyio.fail_after(10):
+        with pytest.raises(LedgerError, match=r"writer process .* is gone.*restart the gateway"):
+            for number in range(1, 1000):  # until the child's end is read
+                await store.record(reply(number), now=1.0)
+                await anyio.sleep(0.01)
+        with pytest.raises(LedgerError, match="writer process"):
+            await store.record(reply(2000), now=1.0)  # and every later call
+        await store.aclose()
+    assert states(tmp_path / "l.sqlite3").get("pending", 0) >= 1  # what it confirmed is kept
+
+
+GATEWAY = """
+import sys, anyio
+from bridge_core.ledger.sqlite import SQLiteLedgerStore
+
+async def main(path):
+    store = SQLiteLedgerStore(path, writer="process")
+    await store.open()
+    print(store.hot.pid, flush=True)
+    await anyio.sleep(600)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+def test_the_child_ends_when_its_gateway_is_killed(tmp_path: Path) -> None:
+    gateway = subprocess.Popen(
+        [sys.executable, "-c", GATEWAY, str(tmp_path / "l.sqlite3")], stdout=subprocess.PIPE
+    )
+    assert gateway.stdout is not None
+    child = int(gateway.stdout.readline())
+    assert running(child)
+    gateway.kill()
+    gateway.wait()
+    gateway.stdout.close()
+    deadline = time.monotonic() + 10
+    while running(child):  # its input closed with the gateway: it reads EOF and exits
+        assert time.monotonic() < deadline, "the writer process outlived its gateway"
+        time.sleep(0.01)
+
+
+def test_off_asyncio_there_is_no_child_and_the_thread_writes(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = SQLiteLedgerStore(tmp_path / "t.sqlite3", writer="process")
+        await store.open()
+        try:
+            row, created = await store.record(reply(0), now=1.0)
+            assert created and row.state is State.PENDING
+            assert store.hot.pid is None and store.writer.calls >= 1
+        finally:
+            await store.aclose()
+
+    anyio.run(run, backend="trio")
