@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 import anyio
 import click
@@ -101,6 +101,14 @@ def serving_lines(config: BridgeConfig, gateway: Gateway) -> list[str]:
     show_default=True,
     help="Namespace of this deployment's Redis keys (scale-out).",
 )
+@click.option(
+    "--ledger-writer",
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    help="Where a SQLite ledger's writes run: a thread, or a process of their own "
+    "(more replies a second on a busy gateway).",
+)
 @click.option("--ledger-lease", type=float, default=None, hidden=True)
 @click.option("--ledger-table-prefix", default="bridge_", hidden=True)
 @click.option("--ledger-sweep-interval", type=float, default=None, hidden=True)
@@ -118,6 +126,7 @@ def command(
     settle: float,
     heartbeat: float,
     key_prefix: str,
+    ledger_writer: Literal["thread", "process"],
     ledger_lease: float | None,
     ledger_table_prefix: str,
     ledger_sweep_interval: float | None,
@@ -155,6 +164,7 @@ def command(
         key_prefix=key_prefix,
         ledger_lease=ledger_lease,
         ledger_table_prefix=ledger_table_prefix,
+        ledger_writer=ledger_writer,
         ledger_schedule=(
             Schedule(sweep_interval=ledger_sweep_interval) if ledger_sweep_interval else None
         ),

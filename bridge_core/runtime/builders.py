@@ -95,6 +95,7 @@ async def open_ledger(
         where,
         owner=options.ledger_owner,
         table_prefix=options.ledger_table_prefix,
+        sqlite_writer=options.ledger_writer,
         # a dead gateway's replies are taken over when its membership would expire, renewed
         # four times a lease: the same liveness its turns move on (ADR 0019)
         lease=options.ledger_lease

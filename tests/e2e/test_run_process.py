@@ -87,9 +87,26 @@ def _edits(transcript: Path) -> list[str]:
     return [line["text"] for line in transcript_lines(transcript) if line["op"] == "edit"]
 
 
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
 def test_sigkill_mid_delivery_then_restart_delivers_every_accepted_message(
-    tmp_path: Path, gateways: list[GatewayProcess]
+    tmp_path: Path, gateways: list[GatewayProcess], writer: str
 ) -> None:
+    # ``process``: the ledger's hot statements in a writer process of their own (ADR 0186),
+    # which ends with the killed gateway
     transcript = tmp_path / "transcript.jsonl"
     config = console_config(
         tmp_path / "bridge.toml",
@@ -97,11 +114,13 @@ def test_sigkill_mid_delivery_then_restart_delivers_every_accepted_message(
         ledger=str(tmp_path / "bridge.sqlite3"),
         budget="{ burst = 1, per_second = 10.0, edit_spacing = 0.0 }",
     )
-    gw = GatewayProcess(config, tmp_path)
+    gw = GatewayProcess(config, tmp_path, args=["--ledger-writer", writer])
     gateways.append(gw)
     accepted: list[str] = []
     for run in range(2):
         gw.start()
+        assert gw.process is not None
+        assert len(children_of(gw.process.pid)) == (writer == "process")
         before = len(texts(transcript))
         for i in range(20):
             text = f"m-{run}-{i}"
