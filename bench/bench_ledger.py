@@ -16,7 +16,9 @@ Measured in one run, on SQLite (``synchronous=FULL``) and PostgreSQL (when it an
   multi-row statements; PostgreSQL: as many autocommit connections as the store uses);
 - a boot sweep over ``--sweep-rows`` rows a dead process left pending.
 
-Each SQLite figure and floor is the best of ``--rounds`` rounds (``ROUNDS``; one with
+Each SQLite figure is measured twice: with the hot statements on the writer thread (the
+default), and in a writer process (``…_process``, ADR 0186), each against floors at its own
+batching. Each SQLite figure and floor is the best of ``--rounds`` rounds (``ROUNDS``; one with
 ``--quick``), every round printed.
 """
 
@@ -29,7 +31,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from _figures import Figure, best_of_rounds, print_table
@@ -195,18 +197,25 @@ the provider, notifier and HTTP benchmarks take theirs. On this shared machine, 
 by a third from one run to the next; every round is printed."""
 
 
-async def sqlite_round(folder: Path, replies: int, in_flight: int) -> tuple[dict[str, float], int]:
+Writer = Literal["thread", "process"]
+
+
+async def sqlite_round(
+    folder: Path, replies: int, in_flight: int, writer: Writer = "thread"
+) -> tuple[dict[str, float], int]:
     """One round of the SQLite ``submit`` figures and their floors, in ``folder``; and the
-    statements the ledger's writer put in one group commit on average."""
-    store = await open_store(folder / "bench.db")
+    statements the ledger's writer (of the hot statements: ``writer``) put in one group commit
+    on average. The floors are at the batching the ledger had."""
+    store = await open_store(folder / "bench.db", sqlite_writer=writer)
     assert isinstance(store, SQLiteLedgerStore)
+    hot = store.hot
     await submit_rate(store, replies=min(2000, replies), in_flight=in_flight, tag="warm")
-    store.writer.batches = store.writer.calls = 0
+    hot.batches = hot.calls = 0
     rate = await submit_rate(store, replies=replies, in_flight=in_flight, tag="r")
-    per_commit = max(1, round(store.writer.calls / max(1, store.writer.batches)))
-    store.writer.batches = store.writer.calls = 0
+    per_commit = max(1, round(hot.calls / max(1, hot.batches)))
+    hot.batches = hot.calls = 0
     at_turn = await submit_rate(store, replies=replies, in_flight=in_flight, tag="t", begins=True)
-    per_commit_turn = max(1, round(store.writer.calls / max(1, store.writer.batches)))
+    per_commit_turn = max(1, round(hot.calls / max(1, hot.batches)))
     await store.aclose()
     return {
         "submit": rate,
@@ -220,14 +229,18 @@ async def sqlite_round(folder: Path, replies: int, in_flight: int) -> tuple[dict
     }, per_commit
 
 
-async def bench_sqlite(folder: Path, replies: int, in_flight: int, rounds: int) -> list[Figure]:
+async def bench_sqlite(
+    folder: Path, replies: int, in_flight: int, rounds: int, writer: Writer = "thread"
+) -> list[Figure]:
     taken: list[tuple[dict[str, float], int]] = []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(dir=folder) as here:
-            taken.append(await sqlite_round(Path(here), replies, in_flight))
+            taken.append(await sqlite_round(Path(here), replies, in_flight, writer))
+    print(f"SQLite, the hot statements on the writer {writer}:")
     best = best_of_rounds("SQLite", [measured for measured, _ in taken])
     rate, at_turn, floor, merged = best["submit"], best["at_turn"], best["floor"], best["merged"]
     per_commit = ", ".join(str(per) for _, per in taken)
+    suffix, where = ("", "") if writer == "thread" else ("_process", ", a writer process")
     print(
         f"SQLite  submit (record+claim+delivered): {rate:10,.0f} replies/s "
         f"({in_flight} in flight, {per_commit} statements per group commit on average)"
@@ -251,25 +264,27 @@ async def bench_sqlite(folder: Path, replies: int, in_flight: int, rounds: int) 
     )
     return [
         Figure(
-            name="ledger.sqlite_submit",
+            name=f"ledger.sqlite_submit{suffix}",
             value=rate,
             unit="replies/s",
             floor=merged,
             target=0.6,
-            label="SQLite FULL, submit (floor: the ledger's multi-row statements)",
+            label=f"SQLite FULL{where}, submit (floor: the ledger's multi-row statements)",
         ),
         Figure(
-            name="ledger.sqlite_at_turn",
+            name=f"ledger.sqlite_at_turn{suffix}",
             value=at_turn,
             unit="replies/s",
             floor=floor,
             target=0.8,
-            label="SQLite FULL, claimed at the turn (floor: single-row statements)",
+            label=f"SQLite FULL{where}, claimed at the turn (floor: single-row statements)",
         ),
     ]
 
 
-async def bench_sqlite_sweep(folder: Path, sweep_rows: int, rounds: int) -> list[Figure]:
+async def bench_sqlite_sweep(
+    folder: Path, sweep_rows: int, rounds: int, writer: Writer = "thread"
+) -> list[Figure]:
     times = []
     for _ in range(rounds):
         with tempfile.TemporaryDirectory(dir=folder) as here:
@@ -277,23 +292,25 @@ async def bench_sqlite_sweep(folder: Path, sweep_rows: int, rounds: int) -> list
             seeded = await open_store(sweep_db)
             await seeded.aclose()
             seed_sqlite(sweep_db, sweep_rows)
-            store = await open_store(sweep_db)
+            store = await open_store(sweep_db, sqlite_writer=writer)
             times.append(await sweep_rate(store))
             await store.aclose()
     elapsed, delivered = min(times)
+    suffix, where = ("", "") if writer == "thread" else ("_process", ", a writer process")
     print(
-        f"SQLite  boot sweep over {sweep_rows:,} rows: {elapsed:6.2f} s "
+        f"SQLite{where}  boot sweep over {sweep_rows:,} rows: {elapsed:6.2f} s "
         f"({delivered / elapsed:,.0f} rows/s claimed and delivered; the best of "
         f"{', '.join(f'{t:.2f}' for t, _ in times)} s)"
     )
     return [
         Figure(
-            name="ledger.sqlite_boot_sweep",
+            name=f"ledger.sqlite_boot_sweep{suffix}",
             value=elapsed,
             unit="s",
             target=2.0 * sweep_rows / 100_000,
             higher_is_better=False,
-            label=f"SQLite boot sweep over {sweep_rows:,} pending rows (target: 2 s per 100,000)",
+            label=f"SQLite{where} boot sweep over {sweep_rows:,} pending rows "
+            "(target: 2 s per 100,000)",
         ),
     ]
 
@@ -443,6 +460,11 @@ def figures(*, quick: bool = False) -> list[Figure]:
     return anyio.run(measure, *sizes.values(), 512, False, parts, 1 if quick else ROUNDS)
 
 
+WRITERS: tuple[Writer, ...] = ("thread", "process")
+"""The SQLite figures are measured with the hot statements on the writer thread (the default)
+and in a writer process (``--ledger-writer process``, ADR 0186); the latter's figures are
+named ``…_process``."""
+
 ONLY_ENV = "BENCH_LEDGER_ONLY"
 """``sweep`` or ``submit``: the figures ``figures()`` measures (unset: all), for ``run_all.py``."""
 PARTS = frozenset({"submit", "sweep"})
@@ -468,10 +490,11 @@ async def measure(
 ) -> list[Figure]:
     found: list[Figure] = []
     with tempfile.TemporaryDirectory() as folder:
-        if "submit" in parts:
-            found += await bench_sqlite(Path(folder), replies, in_flight, rounds)
-        if "sweep" in parts:
-            found += await bench_sqlite_sweep(Path(folder), sweep_rows, rounds)
+        for writer in WRITERS:
+            if "submit" in parts:
+                found += await bench_sqlite(Path(folder), replies, in_flight, rounds, writer)
+            if "sweep" in parts:
+                found += await bench_sqlite_sweep(Path(folder), sweep_rows, rounds, writer)
     if not no_postgres:
         found += await bench_postgres(pg_replies, pg_sweep_rows, in_flight, parts)
     return found

@@ -1,4 +1,5 @@
-"""The SQLite ledger's writer process: ``main([PATH, OWNER])``, in a Python of its own.
+"""The SQLite ledger's writer process: ``main([PATH, OWNER, PARENT_PID])``, in a Python of
+its own.
 
 Started by ``SQLiteWriterProcess`` (``sqlprocess``), which talks to it over its standard input
 and output in frames: four bytes of length (little-endian), then a pickle. It opens ``PATH`` as
@@ -16,22 +17,25 @@ per batch, ``(BEGUN, n)`` before its ``BEGIN`` and ``(COMMITTING, n)`` before it
 when one of its ``n`` calls asked, and ``(DONE, n, outcomes)``: one ``(result, error)`` a call.
 A record whose row went in as sent comes back as its ``created`` flag alone, not the row.
 
-The child ends when its input does: when the store closes it, or when the gateway dies (a kill
-closes the pipe), after the batch it is running.
+The child ends when its input does (the store closes it), and on Linux at once when the thread
+that started it ends (``PR_SET_PDEATHSIG``: a killed gateway's writer does not commit after
+it); elsewhere a killed gateway's child ends at the end of its input, after its batch.
 """
 
 from __future__ import annotations
 
-import json
+import ctypes
 import os
 import pickle
+import signal
 import sqlite3
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from bridge_core.ledger.model import Owner
-from bridge_core.ledger.owner import current_owner, is_alive_here
+from bridge_core.ledger.liveness import Liveness
+from bridge_core.ledger.owner import current_owner
 from bridge_core.ledger.sqlmerged import (
     MergedClaims,
     MergedDelivered,
@@ -58,37 +62,8 @@ HEADER = struct.Struct("<I")
 READY, FAILED, BEGUN, COMMITTING, DONE = range(5)
 WANTS_BEGUN, WANTS_COMMITTING = 1, 2  # a call's ``wants``
 KINDS = ("records", "claims", "held", "delivered")
+_PR_SET_PDEATHSIG = 1  # prctl's option (linux/prctl.h)
 _MAX_BATCH = 1000  # calls a transaction, as the writer thread's ``max_batch``
-_DEAD_LIMIT = 10_000
-
-
-class _Liveness:
-    """``owner_alive`` for the claims' statement, as the store's ``_alive``: the store's own
-    owner is alive; a dead owner stays dead; a live one is remembered within one statement."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-        self.here: Owner = current_owner()  # this host (the pid is this child's: unused)
-        self.live: set[str] = set()
-        self.dead: set[str] = set()
-        self.dead_json = "[]"
-
-    def alive(self, owner: str) -> bool:
-        if owner == self.owner or owner in self.live:
-            return True
-        if owner in self.dead:
-            return False
-        if is_alive_here(owner, me=self.here):
-            self.live.add(owner)
-            return True
-        if len(self.dead) > _DEAD_LIMIT:
-            self.dead.clear()
-        self.dead.add(owner)
-        self.dead_json = json.dumps(sorted(self.dead))
-        return False
-
-    def forget_live(self) -> None:
-        self.live.clear()
 
 
 class _ChildCall:
@@ -130,7 +105,7 @@ def _outcome(call: _ChildCall) -> tuple[Any, Any]:
 
 class _Child:
     def __init__(self, path: str, owner: str) -> None:
-        self.liveness = _Liveness(owner)
+        self.liveness = Liveness(owner, me=current_owner())  # this host (its own pid: unused)
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         setup_connection(self.conn)
         self.conn.create_function("owner_alive", 1, self.liveness.alive, deterministic=False)
@@ -192,8 +167,26 @@ class _Child:
         self.conn.close()
 
 
+def _die_with_the_parent(parent: int) -> None:
+    """Ask Linux to kill this process when the thread that started it ends: the store starts
+    it from the event loop's thread, so a killed gateway takes its writer with it, as it takes
+    its writer thread, instead of leaving a batch to commit after the kill (a claim committed
+    then is a reply labelled as a possible duplicate though never sent). Elsewhere, or if
+    refused, the end of the input still ends the child, after its batch."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the request was made
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
-    path, owner = argv
+    path, owner, parent = argv
+    _die_with_the_parent(int(parent))
     try:
         child = _Child(path, owner)
     except Exception as error:

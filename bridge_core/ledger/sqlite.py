@@ -10,7 +10,6 @@ Ownership is host, process id and process start time; whether an owner is alive 
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -19,8 +18,9 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from bridge_core.ledger.inflight import RecordInFlight
+from bridge_core.ledger.liveness import Liveness
 from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
-from bridge_core.ledger.owner import current_owner, is_alive_here
+from bridge_core.ledger.owner import current_owner
 from bridge_core.ledger.rows import (
     COLUMNS,
     claimed_row,
@@ -85,13 +85,10 @@ class SQLiteLedgerStore:
         # the sweeps' page reads, on a connection of their own off the writer's thread
         self._reader = SQLiteReader(str(self.path), setup=self._setup_reader)
         self._live_for_reads: set[str] = set()
-        self._dead: set[str] = set()
-        # ``_dead`` as the JSON list the statements compare owners with before they call
-        # ``owner_alive`` (rebuilt when an owner is found dead, which is rare)
-        self._dead_json = "[]"
-        self._live_now: set[str] = set()
+        self._liveness = Liveness(self._owner, me=self._me)
         self._records = MergedRecords(self._owner)
-        self._claims = MergedClaims(self._owner, self._forget_live, lambda: self._dead_json)
+        liveness = self._liveness
+        self._claims = MergedClaims(self._owner, liveness.forget_live, lambda: liveness.dead_json)
         self._held = MergedHeldUpdates(self._owner)
         self._delivered = MergedDelivered(self._owner)
         # The writer of the hot, merged statements (record, claim, settle): the thread itself,
@@ -127,7 +124,7 @@ class SQLiteLedgerStore:
     def _setup(self, conn: sqlite3.Connection) -> None:
         setup_connection(conn)
         # The claim re-checks, inside its compare-and-swap, that the row's owner is dead.
-        conn.create_function("owner_alive", 1, self._alive, deterministic=False)
+        conn.create_function("owner_alive", 1, self._liveness.alive, deterministic=False)
         # take_row on the writer too, so a page read's statement can be planned here (EXPLAIN);
         # the reads themselves run on the reader's connection, through its own TakenRows
         TakenRows(conn)
@@ -136,7 +133,7 @@ class SQLiteLedgerStore:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
         # the same liveness as the writer's, with its own within-a-statement memory of the live
         conn.create_function(
-            "owner_alive", 1, lambda owner: self._alive(owner, self._live_for_reads)
+            "owner_alive", 1, lambda owner: self._liveness.alive(owner, self._live_for_reads)
         )
         self._taken = TakenRows(conn)
 
@@ -180,28 +177,6 @@ class SQLiteLedgerStore:
     async def renew(self) -> None:
         return None
 
-    def _alive(self, owner: str, live: set[str] | None = None) -> bool:
-        """Whether ``owner`` runs. Called per row by SQL (``owner_alive``), so it remembers: a
-        dead owner stays dead (its pid and start time never come back); a live one is
-        remembered only within one statement, in ``live`` (the writer's ``_live_now``, or the
-        reader's), which is cleared before each."""
-        live = self._live_now if live is None else live
-        if owner == self._owner or owner in live:
-            return True
-        if owner in self._dead:
-            return False
-        if is_alive_here(owner, me=self._me):
-            live.add(owner)
-            return True
-        if len(self._dead) > 10_000:
-            self._dead.clear()
-        self._dead.add(owner)
-        self._dead_json = json.dumps(sorted(self._dead))
-        return False
-
-    def _forget_live(self) -> None:
-        self._live_now.clear()
-
     def _remember(self, row: Obligation) -> Obligation:
         if len(self._known) >= _KNOWN_LIMIT:
             del self._known[next(iter(self._known))]  # the oldest
@@ -222,14 +197,14 @@ class SQLiteLedgerStore:
 
     async def dead_owners(self) -> set[str]:
         def run(conn: sqlite3.Connection) -> list[str]:
-            self._forget_live()
+            self._liveness.forget_live()
             found = conn.execute(
                 f"SELECT DISTINCT owner FROM ledger WHERE ({OPEN_SQL}) AND owner IS NOT NULL"
             )
             return [owner for (owner,) in found]
 
         # read through the open rows' index; liveness from /proc (remembered for the dead)
-        return {owner for owner in await self._after_hot(run) if not self._alive(owner)}
+        return {owner for owner in await self._after_hot(run) if not self._liveness.alive(owner)}
 
     async def record(
         self, reply: Reply, *, now: float, claimed: bool = False
@@ -276,7 +251,7 @@ class SQLiteLedgerStore:
             # into Python (and takes the GIL from the event loop) for none of them
             dead_sql="owner IS NULL OR (owner != ? AND (owner IN (SELECT value FROM json_each(?)) "
             "OR NOT owner_alive(owner)))",
-            dead_params=(self._owner, self._dead_json),
+            dead_params=(self._owner, self._liveness.dead_json),
             open_sql=OPEN_SQL,
             ph="?",
         )

@@ -39,16 +39,7 @@ from typing import Any, TypeVar
 import anyio
 
 from bridge_core.ledger.model import LedgerError
-from bridge_core.ledger.sqlchild import (
-    BEGUN,
-    COMMITTING,
-    DONE,
-    FAILED,
-    HEADER,
-    READY,
-    WANTS_BEGUN,
-    WANTS_COMMITTING,
-)
+from bridge_core.ledger.sqlchild import BEGUN, COMMITTING, DONE, FAILED, HEADER, READY
 from bridge_core.ledger.sqlwriter import Merged, SQLiteWriter, _Call, _wake
 
 __all__ = ["CHUNK", "SQLiteWriterProcess"]
@@ -117,10 +108,11 @@ class SQLiteWriterProcess:
             return  # not asyncio: the thread writer takes every call
         # ``-c``, not ``-m``: the package imports ``sqlchild`` (its constants) before ``-m``
         # would run it, and runpy warns of that
-        command = [sys.executable, "-c", _RUN_CHILD, self.path, self._owner]
-        child = await anyio.to_thread.run_sync(
-            lambda: subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        )
+        command = [sys.executable, "-c", _RUN_CHILD, self.path, self._owner, str(os.getpid())]
+        # On the event loop's thread, not a worker's: the child asks to be killed when the
+        # thread that started it ends (``sqlchild``), and a worker thread ends when idle. The
+        # fork and exec hold the loop for a few milliseconds, once, as the store opens.
+        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: ASYNC220
         assert child.stdin is not None and child.stdout is not None
         self._child, self._loop = child, loop
         self._out, self._in = child.stdin.fileno(), child.stdout.fileno()
@@ -247,12 +239,19 @@ class SQLiteWriterProcess:
         calls, self._gathering = self._gathering, []
         if not calls or self._broken is not None:
             return
-        frame = []
-        for call in calls:
-            wants = (WANTS_BEGUN if call.begun is not None else 0) | (
-                WANTS_COMMITTING if call.committing is not None else 0
+        kinds = self._kinds
+        # ``wants``: WANTS_BEGUN (1) and WANTS_COMMITTING (2), as bools shifted (the loop's
+        # time is the figure here: one comprehension, no branch a call)
+        frame = [
+            (
+                kinds[id(call.kind)],
+                call.durable,
+                call.item,
+                call.many,
+                (call.begun is not None) | (call.committing is not None) << 1,
             )
-            frame.append((self._kinds[id(call.kind)], call.durable, call.item, call.many, wants))
+            for call in calls
+        ]
         body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         self._in_flight.extend(calls)
         self._handed += len(calls)

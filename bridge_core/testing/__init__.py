@@ -15,7 +15,8 @@
 - ``light_import``: proof that a plugin declares its provider type without importing its SDK
   (``plugin_load_report``);
 - ``clock``: virtual time (trio's ``MockClock``) for I/O-free decision logic;
-- ``services``: real Redis and PostgreSQL for tests (skip locally, fail under CI).
+- ``services``: real Redis and PostgreSQL for tests (skip locally, fail under CI);
+- ``processes``: a process's children and waiting for processes to end (``/proc``).
 
 Submodules are imported explicitly; importing this package imports nothing else. The names a
 plugin's own fake builds on (``FakePlatform``, ``RecordedRequest``, ``Reply``) are importable

@@ -16,6 +16,7 @@ from bridge_core.cli import build_cli
 from bridge_core.ledger import is_marked
 from bridge_core.provider import SendBudget
 from bridge_core.testing.budget import assert_paced, read_transcript
+from bridge_core.testing.processes import children_of
 
 from .conftest import GatewayProcess, console_config, transcript_lines, wait_for
 
@@ -85,20 +86,6 @@ def test_serves_events_messages_and_turns_then_stops_cleanly(
 
 def _edits(transcript: Path) -> list[str]:
     return [line["text"] for line in transcript_lines(transcript) if line["op"] == "edit"]
-
-
-def children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from ``/proc``)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # ended meanwhile
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.parametrize("writer", ["thread", "process"])

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bridge_core.testing.processes import children_of, wait_ended
+
 CHILD = Path(__file__).with_name("crash_child.py")
 MAX_RESENDS = 3
 
@@ -134,8 +136,14 @@ def wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeout
 
 
 def sigkill(child: subprocess.Popen[bytes]) -> None:
+    """Kill ``child`` and wait until it and its writer process (``--sqlite-writer process``)
+    have ended: the writer is killed with it (``PR_SET_PDEATHSIG``) but ends a moment later,
+    and a commit it was in, cut off before SQLite's shared index saw it, is visible only once
+    no process of the gateway holds the file (the next opener recovers it from the WAL)."""
+    family = children_of(child.pid)
     child.send_signal(signal.SIGKILL)
     child.wait()
+    wait_ended(family)
     if child.stderr is not None:
         child.stderr.close()
 

@@ -21,6 +21,7 @@ import pytest
 from bridge_core.ledger import Delivery, DeliveryLedger, LedgerError, Reply, State
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
 from bridge_core.provider import MessageRef
+from bridge_core.testing.processes import running, wait_ended
 
 pytestmark = pytest.mark.anyio
 
@@ -39,15 +40,6 @@ def reply(number: int) -> Reply:
 def states(path: Path) -> dict[str, int]:
     with closing(sqlite3.connect(path)) as conn:
         return dict(conn.execute("SELECT state, count(*) FROM ledger GROUP BY state").fetchall())
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture
@@ -168,10 +160,7 @@ def test_the_child_ends_when_its_gateway_is_killed(tmp_path: Path) -> None:
     gateway.kill()
     gateway.wait()
     gateway.stdout.close()
-    deadline = time.monotonic() + 10
-    while running(child):  # its input closed with the gateway: it reads EOF and exits
-        assert time.monotonic() < deadline, "the writer process outlived its gateway"
-        time.sleep(0.01)
+    wait_ended([child])  # killed with it (PR_SET_PDEATHSIG)
 
 
 def test_off_asyncio_there_is_no_child_and_the_thread_writes(tmp_path: Path) -> None:
