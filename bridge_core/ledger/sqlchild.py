@@ -186,6 +186,11 @@ def _die_with_the_parent(parent: int) -> None:
 
 def main(argv: list[str]) -> int:
     path, owner, parent = argv
+    # Ctrl-C reaches the terminal's whole process group, and a service manager's stop
+    # (systemd's control group) every process of the service: the gateway then stops
+    # gracefully, and needs its writer until it has. The child ends with its input instead.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_the_parent(int(parent))
     try:
         child = _Child(path, owner)

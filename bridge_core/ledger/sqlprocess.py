@@ -141,9 +141,10 @@ class SQLiteWriterProcess:
 
     async def call_merged(self, kind: Merged[I, T], item: I, *, durable: bool = True) -> T:
         """As ``SQLiteWriter.call_merged``."""
-        if not self._here():
+        loop = self._here()
+        if loop is None:
             return await self._thread.call_merged(kind, item, durable=durable)
-        pending: _Call[T] = _Call(None, kind, item, durable=durable)
+        pending: _Call[T] = _Call(None, kind, item, durable=durable, loop=loop)
         self._enqueue(pending)
         assert pending.future is not None
         await pending.future
@@ -161,7 +162,8 @@ class SQLiteWriterProcess:
         committing: Callable[[], None] | None = None,
     ) -> list[T]:
         """As ``SQLiteWriter.call_merged_many``, hints included."""
-        if not self._here():
+        loop = self._here()
+        if loop is None:
             return await self._thread.call_merged_many(
                 kind, items, durable=durable, begun=begun, committing=committing
             )
@@ -169,7 +171,9 @@ class SQLiteWriterProcess:
             if begun is not None:
                 begun()
             return []
-        pending: _Call[list[T]] = _Call(None, kind, list(items), many=True, durable=durable)
+        pending: _Call[list[T]] = _Call(
+            None, kind, list(items), many=True, durable=durable, loop=loop
+        )
         pending.begun = begun
         pending.committing = committing
         self._enqueue(pending)
@@ -189,11 +193,12 @@ class SQLiteWriterProcess:
         then: Callable[[], None] | None = None,
     ) -> _Call[T] | None:
         """As ``SQLiteWriter.queue_merged``."""
-        if not self._here():
+        loop = self._here()
+        if loop is None:
             return self._thread.queue_merged(
                 kind, item, durable=durable, committing=committing, then=then
             )
-        pending: _Call[T] = _Call(None, kind, item, durable=durable)
+        pending: _Call[T] = _Call(None, kind, item, durable=durable, loop=loop)
         pending.committing = committing
         pending.then = then
         self._enqueue(pending)
@@ -204,7 +209,7 @@ class SQLiteWriterProcess:
         a call of the thread writer's that must come after them awaits this first. Those
         calls' callers may have stopped waiting (cancelled); their calls still commit, and a
         read on the thread's connection must see them, as it would with the thread alone."""
-        if not self._here():
+        if self._here() is None:
             return
         if self._gathering:
             self._hand_over()
@@ -215,13 +220,16 @@ class SQLiteWriterProcess:
         self._catching_up.append((self._handed, waiter))
         await waiter
 
-    def _here(self) -> bool:
-        if self._loop is None:
-            return False
+    def _here(self) -> asyncio.AbstractEventLoop | None:
+        """The child's event loop when the caller runs on it; otherwise ``None`` (the thread
+        takes the call)."""
+        loop = self._loop
+        if loop is None:
+            return None
         try:
-            return asyncio.get_running_loop() is self._loop
+            return loop if asyncio.get_running_loop() is loop else None
         except RuntimeError:
-            return False
+            return None
 
     def _enqueue(self, pending: _Call[Any]) -> None:
         if self._broken is not None:

@@ -77,6 +77,7 @@ class _Call(Generic[T]):
         *,
         many: bool = False,
         durable: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.fn = fn
         self.kind = kind
@@ -94,10 +95,12 @@ class _Call(Generic[T]):
         self.future: asyncio.Future[None] | None = None
         self.done: anyio.Event | None = None
         self.token: anyio.lowlevel.EventLoopToken | None = None
-        try:
-            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+        if loop is None:  # ``loop``: the running loop, when the caller already looked it up
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+        self.loop: asyncio.AbstractEventLoop | None = loop
         if self.loop is not None:
             self.future = self.loop.create_future()
         else:

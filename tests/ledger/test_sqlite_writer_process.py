@@ -117,6 +117,20 @@ async def test_a_call_on_the_thread_sees_the_hot_calls_made_before_it(
         assert row is not None and row.state is State.ATTEMPTING
 
 
+async def test_the_child_outlasts_a_ctrl_c_or_a_stop_signal_to_the_whole_group(
+    store: SQLiteLedgerStore,
+) -> None:
+    # A terminal's Ctrl-C and a service manager's stop reach every process of the group: the
+    # gateway then stops gracefully, and its writer must still take its last replies.
+    assert store.hot.pid is not None
+    await store.record(reply(0), now=1.0)
+    for number, sent in enumerate((signal.SIGINT, signal.SIGTERM), start=1):
+        os.kill(store.hot.pid, sent)
+        _, created = await store.record(reply(number), now=1.0)
+        assert created and running(store.hot.pid)
+    assert states(store.path) == {"pending": 3}
+
+
 async def test_a_killed_child_fails_every_call_loudly_and_the_store_still_closes(
     tmp_path: Path,
 ) -> None:
