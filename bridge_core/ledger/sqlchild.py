@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import select
 import signal
 import sqlite3
 import struct
@@ -164,6 +165,10 @@ class _Child:
             while calls:  # everything that came in one read is one batch, up to the cap
                 batch, calls = calls[:_MAX_BATCH], calls[_MAX_BATCH:]
                 self.run(batch)
+            if self.level != "FULL" and not pending and not select.select([0], [], [], 0)[0]:
+                # idle after settles at NORMAL: back to FULL now, so the next record (a message
+                # waits for it) finds it set, as the writer thread does (ADR 0164)
+                self.set_level(self.conn, "FULL")
         self.conn.close()
 
 

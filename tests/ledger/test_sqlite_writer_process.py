@@ -105,6 +105,21 @@ async def test_a_boot_sweep_claims_and_settles_through_the_child(tmp_path: Path)
         await store.aclose()
 
 
+async def test_settles_alone_commit_unsynced_and_survive_a_reopen(tmp_path: Path) -> None:
+    # ADR 0143, in the child: a batch of nothing but delivered settles commits at NORMAL.
+    path = tmp_path / "l.sqlite3"
+    store = SQLiteLedgerStore(path, writer="process")
+    await store.open()
+    row, _ = await store.record(reply(0), now=1.0, claimed=True)
+    assert store.hot.unsynced == 0
+    ref = MessageRef("c", "m1")
+    settled = await store.settle(row.id, fence=row.fence, state=State.DELIVERED, now=2.0, ref=ref)
+    assert settled is not None and settled.state is State.DELIVERED
+    assert store.hot.unsynced == 1
+    await store.aclose()
+    assert states(path) == {"delivered": 1}
+
+
 async def test_a_call_on_the_thread_sees_the_hot_calls_made_before_it(
     store: SQLiteLedgerStore,
 ) -> None:
