@@ -14,7 +14,8 @@ next calls in line, so the parent matches answers by counting.
 
 Frames out: ``(READY,)`` once the file is open, or ``(FAILED, message)`` if it cannot be; then,
 per batch, ``(BEGUN, n)`` before its ``BEGIN`` and ``(COMMITTING, n)`` before its ``COMMIT``
-when one of its ``n`` calls asked, and ``(DONE, n, outcomes)``: one ``(result, error)`` a call.
+when one of its ``n`` calls asked, and ``(DONE, n, outcomes, synced)``: one ``(result, error)``
+a call, and whether the batch committed at ``FULL``.
 A record whose row went in as sent comes back as its ``created`` flag alone, not the row.
 
 The child ends when its input does (the store closes it), and on Linux at once when the thread
@@ -142,7 +143,7 @@ class _Child:
                 _send((COMMITTING, len(calls)))
 
         commit_batch(self.conn, calls, set_level=self.set_level, committing=committing)
-        _send((DONE, len(calls), [_outcome(call) for call in calls]))
+        _send((DONE, len(calls), [_outcome(call) for call in calls], self.level == "FULL"))
 
     def serve(self) -> None:
         pending = bytearray()

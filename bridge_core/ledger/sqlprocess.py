@@ -75,15 +75,19 @@ class SQLiteWriterProcess:
         self.path = path
         self._owner = owner
         self._kinds = kinds  # id(kind) -> its name in the child
-        self._records = next((k for k, name in kinds.items() if name == "records"), None)
         self._thread = thread
         self._chunk = chunk
         self._loop: asyncio.AbstractEventLoop | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._out = self._in = -1
-        self._gathering: list[_Call[Any]] = []
+        # Calls gathered for the next frame: what goes down the pipe (``_wire``), and what
+        # waits here for each answer (``_gathering``): a ``_Call`` (hints, ``then``, many
+        # items), or for a plain ``call_merged`` only ``(future, row)``, ``row`` the record's
+        # item (its answer may be its ``created`` flag alone): half the loop's work a call.
+        self._wire: list[tuple[str, bool, Any, bool, int]] = []
+        self._gathering: list[_Call[Any] | tuple[asyncio.Future[Any], Any]] = []
         self._scheduled = False
-        self._in_flight: deque[_Call[Any]] = deque()
+        self._in_flight: deque[_Call[Any] | tuple[asyncio.Future[Any], Any]] = deque()
         self._outbox = bytearray()
         self._writing = False
         self._received = bytearray()
@@ -144,13 +148,12 @@ class SQLiteWriterProcess:
         loop = self._here()
         if loop is None:
             return await self._thread.call_merged(kind, item, durable=durable)
-        pending: _Call[T] = _Call(None, kind, item, durable=durable, loop=loop)
-        self._enqueue(pending)
-        assert pending.future is not None
-        await pending.future
-        if pending.error is not None:
-            raise pending.error
-        return pending.result  # type: ignore[return-value]
+        if self._broken is not None:
+            raise self._broken
+        name = self._kinds[id(kind)]
+        future: asyncio.Future[T] = loop.create_future()
+        self._add((name, durable, item, False, 0), (future, item if name == "records" else None))
+        return await future
 
     async def call_merged_many(
         self,
@@ -234,7 +237,18 @@ class SQLiteWriterProcess:
     def _enqueue(self, pending: _Call[Any]) -> None:
         if self._broken is not None:
             raise self._broken
-        self._gathering.append(pending)
+        # ``wants``: WANTS_BEGUN (1) and WANTS_COMMITTING (2), as bools shifted
+        wants = (pending.begun is not None) | (pending.committing is not None) << 1
+        name = self._kinds[id(pending.kind)]
+        self._add((name, pending.durable, pending.item, pending.many, wants), pending)
+
+    def _add(
+        self,
+        wire: tuple[str, bool, Any, bool, int],
+        waiting: _Call[Any] | tuple[asyncio.Future[Any], Any],
+    ) -> None:
+        self._wire.append(wire)
+        self._gathering.append(waiting)
         if len(self._gathering) >= self._chunk:
             self._hand_over()
         elif not self._scheduled:
@@ -245,21 +259,9 @@ class SQLiteWriterProcess:
     def _hand_over(self) -> None:
         self._scheduled = False
         calls, self._gathering = self._gathering, []
+        frame, self._wire = self._wire, []
         if not calls or self._broken is not None:
             return
-        kinds = self._kinds
-        # ``wants``: WANTS_BEGUN (1) and WANTS_COMMITTING (2), as bools shifted (the loop's
-        # time is the figure here: one comprehension, no branch a call)
-        frame = [
-            (
-                kinds[id(call.kind)],
-                call.durable,
-                call.item,
-                call.many,
-                (call.begun is not None) | (call.committing is not None) << 1,
-            )
-            for call in calls
-        ]
         body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         self._in_flight.extend(calls)
         self._handed += len(calls)
@@ -310,10 +312,12 @@ class SQLiteWriterProcess:
     def _answer(self, message: tuple[Any, ...]) -> None:
         what = message[0]
         if what == DONE:
-            self._done(message[1], message[2])
+            self._done(message[1], message[2], message[3])
         elif what in (BEGUN, COMMITTING):
             hints = []
             for call in islice(self._in_flight, message[1]):
+                if isinstance(call, tuple):  # a plain call: no hints
+                    continue
                 if what == BEGUN:
                     hint, call.begun = call.begun, None
                 else:
@@ -328,21 +332,37 @@ class SQLiteWriterProcess:
         elif what == FAILED:
             self._fail(LedgerError(f"cannot open the ledger file {self.path}: {message[1]}"))
 
-    def _done(self, count: int, outcomes: list[tuple[Any, BaseException | None]]) -> None:
-        calls = [self._in_flight.popleft() for _ in range(count)]
-        records = self._records
-        for call, (result, error) in zip(calls, outcomes, strict=True):
+    def _done(
+        self, count: int, outcomes: list[tuple[Any, BaseException | None]], synced: bool
+    ) -> None:
+        popleft = self._in_flight.popleft
+        calls: list[_Call[Any]] = []
+        for result, error in outcomes:
+            waiting = popleft()
+            if isinstance(waiting, tuple):  # a plain ``call_merged``
+                future, row = waiting
+                if future.done():  # its caller stopped waiting
+                    continue
+                if error is not None:
+                    future.set_exception(error)
+                elif row is not None and type(result) is bool:
+                    future.set_result((row, result))  # the row went in as sent
+                else:
+                    future.set_result(result)
+                continue
             if error is not None:
-                call.error = error
-            elif id(call.kind) == records and type(result) is bool and not call.many:
-                call.result = (call.item, result)  # the row went in as sent
+                waiting.error = error
+            elif type(result) is bool and self._kinds[id(waiting.kind)] == "records":
+                waiting.result = (waiting.item, result)  # a record queued (``queue_merged``)
             else:
-                call.result = result
+                waiting.result = result
+            calls.append(waiting)
         self.batches += 1
         self.calls += count
-        self.unsynced += not any(call.durable for call in calls)
+        self.unsynced += not synced
         self._answered += count
-        _wake(calls)
+        if calls:
+            _wake(calls)
         if self._catching_up:
             self._catch_up(everything=False)
         if not self._in_flight and self._drained is not None and not self._drained.done():
@@ -371,12 +391,19 @@ class SQLiteWriterProcess:
         later one refused with it."""
         if self._broken is None:
             self._broken = error
-        calls = [*self._in_flight, *self._gathering]
+        waiting = [*self._in_flight, *self._gathering]
         self._in_flight.clear()
-        self._gathering = []
-        for call in calls:
+        self._gathering, self._wire = [], []
+        calls: list[_Call[Any]] = []
+        for call in waiting:
+            if isinstance(call, tuple):
+                if not call[0].done():
+                    call[0].set_exception(error)
+                    call[0].exception()  # its caller reads it, if still there; no warning
+                continue
             call.error = error
             call.result = None
+            calls.append(call)
         if calls:
             _wake(calls)
         self._catch_up(everything=True)  # every call made is answered (with ``error``)

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from bridge_core.ledger import Delivery, DeliveryLedger, LedgerError, Reply, State
@@ -118,6 +120,22 @@ async def test_settles_alone_commit_unsynced_and_survive_a_reopen(tmp_path: Path
     assert store.hot.unsynced == 1
     await store.aclose()
     assert states(path) == {"delivered": 1}
+
+
+async def test_a_record_whose_caller_stopped_waiting_still_commits_and_the_next_goes_on(
+    store: SQLiteLedgerStore,
+) -> None:
+    # A cancelled caller leaves its call to commit (it was handed over) and nothing wedged.
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(partial(store.record, reply(0), now=1.0))
+            await anyio.lowlevel.checkpoint()  # queued, not answered
+            scope.cancel()
+    assert scope.cancelled_caught
+    row = await store.get("o0")  # after the hot calls made before it (caught_up)
+    assert row is not None and row.state is State.PENDING
+    _, created = await store.record(reply(1), now=1.0)
+    assert created and states(store.path) == {"pending": 2}
 
 
 async def test_a_call_on_the_thread_sees_the_hot_calls_made_before_it(
