@@ -262,12 +262,44 @@ class SQLiteWriterProcess:
         frame, self._wire = self._wire, []
         if not calls or self._broken is not None:
             return
-        body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # one call's item cannot cross: it fails alone, the rest go
+            frame, calls = self._picklable(frame, calls)
+            if not calls:
+                return
+            body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         self._in_flight.extend(calls)
         self._handed += len(calls)
         self._outbox += HEADER.pack(len(body))
         self._outbox += body
         self._write()
+
+    def _picklable(
+        self,
+        frame: list[tuple[str, bool, Any, bool, int]],
+        calls: list[_Call[Any] | tuple[asyncio.Future[Any], Any]],
+    ) -> tuple[list[tuple[str, bool, Any, bool, int]], list[Any]]:
+        """The calls of ``frame`` whose items pickle; each other one answered with its error."""
+        kept: tuple[list[tuple[str, bool, Any, bool, int]], list[Any]] = ([], [])
+        refused: list[_Call[Any]] = []
+        for wire, waiting in zip(frame, calls, strict=True):
+            try:
+                pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as error:
+                refusal = LedgerError(f"a ledger call could not be sent to its writer: {error!r}")
+                if isinstance(waiting, tuple):
+                    if not waiting[0].done():
+                        waiting[0].set_exception(refusal)
+                else:
+                    waiting.error = refusal
+                    refused.append(waiting)
+                continue
+            kept[0].append(wire)
+            kept[1].append(waiting)
+        if refused:
+            _wake(refused)
+        return kept
 
     def _write(self) -> None:
         try:

@@ -138,6 +138,30 @@ async def test_a_record_whose_caller_stopped_waiting_still_commits_and_the_next_
     assert created and states(store.path) == {"pending": 2}
 
 
+async def test_an_item_that_cannot_cross_the_pipe_fails_alone(store: SQLiteLedgerStore) -> None:
+    class Unpicklable:
+        def __reduce__(self) -> Any:
+            raise TypeError("this item stays in this process")
+
+    outcomes: dict[str, Any] = {}
+
+    async def bad() -> None:
+        try:
+            await store.hot.call_merged(store._records, Unpicklable())  # type: ignore[arg-type]
+        except LedgerError as error:
+            outcomes["bad"] = error
+
+    async def good() -> None:
+        outcomes["good"] = await store.record(reply(0), now=1.0)
+
+    with anyio.fail_after(10):  # unguarded, both callers would wait for ever
+        async with anyio.create_task_group() as group:  # both in one frame
+            group.start_soon(bad)
+            group.start_soon(good)
+    assert "could not be sent to its writer" in str(outcomes["bad"])
+    assert outcomes["good"][1] is True and states(store.path) == {"pending": 1}
+
+
 async def test_a_call_on_the_thread_sees_the_hot_calls_made_before_it(
     store: SQLiteLedgerStore,
 ) -> None:
