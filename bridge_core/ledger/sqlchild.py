@@ -33,7 +33,7 @@ import signal
 import sqlite3
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from bridge_core.ledger.liveness import Liveness
@@ -58,6 +58,7 @@ __all__ = [
     "WANTS_BEGUN",
     "WANTS_COMMITTING",
     "main",
+    "take_frames",
 ]
 
 HEADER = struct.Struct("<I")
@@ -83,6 +84,18 @@ class _ChildCall:
         self.wants = 0
         self.result: Any = None
         self.error: BaseException | None = None
+
+
+def take_frames(pending: bytearray) -> Iterator[Any]:
+    """Each whole frame at the start of ``pending``, unpickled, taken out of it as it goes; a
+    frame not yet whole stays for the next read."""
+    while len(pending) >= HEADER.size:
+        (size,) = HEADER.unpack_from(pending)
+        if len(pending) < HEADER.size + size:
+            return
+        frame = pickle.loads(pending[HEADER.size : HEADER.size + size])
+        del pending[: HEADER.size + size]
+        yield frame
 
 
 def _send(message: tuple[Any, ...]) -> None:
@@ -153,12 +166,7 @@ class _Child:
             if not chunk:
                 break
             pending += chunk
-            while len(pending) >= HEADER.size:
-                (size,) = HEADER.unpack_from(pending)
-                if len(pending) < HEADER.size + size:
-                    break
-                frame = pickle.loads(pending[HEADER.size : HEADER.size + size])
-                del pending[: HEADER.size + size]
+            for frame in take_frames(pending):
                 for name, durable, item, many, wants in frame:
                     call = _ChildCall(self.kinds[name], name, durable, item, many)
                     call.wants = wants

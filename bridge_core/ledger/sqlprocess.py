@@ -39,7 +39,15 @@ from typing import Any, TypeVar
 import anyio
 
 from bridge_core.ledger.model import LedgerError
-from bridge_core.ledger.sqlchild import BEGUN, COMMITTING, DONE, FAILED, HEADER, READY
+from bridge_core.ledger.sqlchild import (
+    BEGUN,
+    COMMITTING,
+    DONE,
+    FAILED,
+    HEADER,
+    READY,
+    take_frames,
+)
 from bridge_core.ledger.sqlwriter import Merged, SQLiteWriter, _Call, _wake
 
 __all__ = ["CHUNK", "SQLiteWriterProcess"]
@@ -332,13 +340,7 @@ class SQLiteWriterProcess:
             self._fail(self._ended("it ended"))
             return
         self._received += data
-        received = self._received
-        while len(received) >= HEADER.size:
-            (size,) = HEADER.unpack_from(received)
-            if len(received) < HEADER.size + size:
-                break
-            message = pickle.loads(received[HEADER.size : HEADER.size + size])
-            del received[: HEADER.size + size]
+        for message in take_frames(self._received):
             self._answer(message)
 
     def _answer(self, message: tuple[Any, ...]) -> None:
