@@ -38,7 +38,7 @@ from bridge_core.provider import (
     post_key,
     posting_with_key,
 )
-from bridge_core.read_back import ChannelPositions
+from bridge_core.read_back import ChannelPositions, JsonRows
 from bridge_core.retry_after import MAX_RETRY_AFTER, parse_retry_after, retry_after_header
 from bridge_core.text import (
     chunk,
@@ -61,6 +61,7 @@ __all__ = [
     "MAX_RETRY_AFTER",
     "Capabilities",
     "ChannelPositions",
+    "JsonRows",
     "ChatProvider",
     "ConnectionLost",
     "ErrorCode",

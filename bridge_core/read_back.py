@@ -6,25 +6,66 @@ channel back from the newest message the core accepted. ``ChannelPositions`` kee
 positions for one profile in the core's ``KeyValueStore``: one bounded value, least recently
 active channels dropped first, a value it cannot read logged and replaced (inbound must start),
 and writes coalesced by ``flush`` (what a crash loses is only read again, and the core's dedup
-drops it). The provider supplies the value's format (``encode``, ``decode``) and decides when a
-position moves (``put`` only after the core accepted the message).
+drops it). The provider supplies the value's format (``encode``, ``decode``; ``JsonRows`` is
+the usual one: a version and one JSON list a channel) and decides when a position moves (``put``
+only after the core accepted the message).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import anyio
 
 from bridge_core.provider import KeyValueStore
 
-__all__ = ["ChannelPositions"]
+__all__ = ["ChannelPositions", "JsonRows"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class JsonRows(Generic[K, V]):
+    """A stored value of positions as JSON, ``{"v": version, "channels": [row, ...]}``, oldest
+    activity first: ``row(channel, position)`` makes a channel's list, ``parse(row)`` reads one
+    back, or ``None`` when it is not a row this format wrote (then the whole value is not)."""
+
+    version: int
+    row: Callable[[K, V], list[Any]]
+    parse: Callable[[list[Any]], tuple[K, V] | None]
+
+    def encode(self, channels: OrderedDict[K, V]) -> bytes:
+        rows = [self.row(channel, position) for channel, position in channels.items()]
+        return json.dumps({"v": self.version, "channels": rows}, separators=(",", ":")).encode()
+
+    def decode(self, raw: bytes, limit: int) -> OrderedDict[K, V] | None:
+        """The channels in ``raw`` (the ``limit`` most recently active), or ``None``."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+        if not isinstance(data, dict) or data.get("v") != self.version:
+            return None
+        rows = data.get("channels")
+        if not isinstance(rows, list):
+            return None
+        channels: OrderedDict[K, V] = OrderedDict()
+        for row in rows:
+            parsed = self.parse(row) if isinstance(row, list) else None
+            if parsed is None:
+                return None
+            channel, position = parsed
+            channels.pop(channel, None)
+            channels[channel] = position
+        while len(channels) > limit:
+            channels.popitem(last=False)
+        return channels
 
 
 class ChannelPositions(Generic[K, V]):

@@ -18,16 +18,14 @@ thread is ``channel=<parent>, thread=<thread>``.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from discord.utils import snowflake_time
 
-from bridge_core import ChannelPositions, KeyValueStore, NotFound
+from bridge_core import ChannelPositions, JsonRows, KeyValueStore, NotFound
 from bridge_discord.inbound import snowflake
 
 __all__ = [
@@ -84,11 +82,6 @@ class Position:
     guild: str | None
 
 
-def _encode(channels: OrderedDict[int, Position]) -> bytes:
-    rows = [[str(cid), str(p.after), p.parent, p.guild] for cid, p in channels.items()]
-    return json.dumps({"v": _FORMAT, "channels": rows}, separators=(",", ":")).encode()
-
-
 def _optional_id(value: object) -> tuple[bool, str | None]:
     """Whether ``value`` is a stored optional id (``None`` or an id as a string), and the id."""
     if value is None:
@@ -97,31 +90,20 @@ def _optional_id(value: object) -> tuple[bool, str | None]:
     return number is not None, str(number) if number is not None else None
 
 
-def _decode(raw: bytes, limit: int) -> OrderedDict[int, Position] | None:
-    """The channels in ``raw``, or ``None`` when it is not a value this module wrote."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+def _parse(row: list[Any]) -> tuple[int, Position] | None:
+    if len(row) != 4:
         return None
-    if not isinstance(data, dict) or data.get("v") != _FORMAT:
+    channel, after = snowflake(row[0]), snowflake(row[1])
+    parent_ok, parent = _optional_id(row[2])
+    guild_ok, guild = _optional_id(row[3])
+    if channel is None or after is None or not (parent_ok and guild_ok):
         return None
-    rows = data.get("channels")
-    if not isinstance(rows, list):
-        return None
-    channels: OrderedDict[int, Position] = OrderedDict()
-    for row in rows:
-        if not isinstance(row, list) or len(row) != 4:
-            return None
-        channel, after = snowflake(row[0]), snowflake(row[1])
-        parent_ok, parent = _optional_id(row[2])
-        guild_ok, guild = _optional_id(row[3])
-        if channel is None or after is None or not (parent_ok and guild_ok):
-            return None
-        channels.pop(channel, None)
-        channels[channel] = Position(after, parent, guild)
-    while len(channels) > limit:
-        channels.popitem(last=False)
-    return channels
+    return channel, Position(after, parent, guild)
+
+
+_ROWS: JsonRows[int, Position] = JsonRows(
+    _FORMAT, lambda channel, p: [str(channel), str(p.after), p.parent, p.guild], _parse
+)
 
 
 class Positions(ChannelPositions[int, Position]):
@@ -140,8 +122,8 @@ class Positions(ChannelPositions[int, Position]):
             namespace=NAMESPACE,
             profile=profile,
             limit=limit,
-            encode=_encode,
-            decode=_decode,
+            encode=_ROWS.encode,
+            decode=_ROWS.decode,
             log=log,
         )
 

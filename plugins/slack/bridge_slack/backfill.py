@@ -13,14 +13,12 @@ One value per profile holds every channel (the store has no listing): JSON,
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bridge_core import ChannelPositions, KeyValueStore
+from bridge_core import ChannelPositions, JsonRows, KeyValueStore
 
 __all__ = [
     "GAP_CAP",
@@ -71,34 +69,16 @@ def ts_key(ts: object) -> tuple[int, int] | None:
     return int(seconds), int(fraction.ljust(9, "0"))
 
 
-def _encode(channels: OrderedDict[str, str]) -> bytes:
-    rows = [[channel, ts] for channel, ts in channels.items()]
-    return json.dumps({"v": _FORMAT, "channels": rows}, separators=(",", ":")).encode()
+def _parse(row: list[Any]) -> tuple[str, str] | None:
+    if len(row) != 2:
+        return None
+    channel, ts = row
+    if not isinstance(channel, str) or not _CHANNEL.fullmatch(channel) or ts_key(ts) is None:
+        return None
+    return channel, ts
 
 
-def _decode(raw: bytes, limit: int) -> OrderedDict[str, str] | None:
-    """The channels in ``raw``, or ``None`` when it is not a value this module wrote."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(data, dict) or data.get("v") != _FORMAT:
-        return None
-    rows = data.get("channels")
-    if not isinstance(rows, list):
-        return None
-    channels: OrderedDict[str, str] = OrderedDict()
-    for row in rows:
-        if not isinstance(row, list) or len(row) != 2:
-            return None
-        channel, ts = row
-        if not isinstance(channel, str) or not _CHANNEL.fullmatch(channel) or ts_key(ts) is None:
-            return None
-        channels.pop(channel, None)
-        channels[channel] = ts
-    while len(channels) > limit:
-        channels.popitem(last=False)
-    return channels
+_ROWS: JsonRows[str, str] = JsonRows(_FORMAT, lambda channel, ts: [channel, ts], _parse)
 
 
 class Positions(ChannelPositions[str, str]):
@@ -116,8 +96,8 @@ class Positions(ChannelPositions[str, str]):
             namespace=NAMESPACE,
             profile=profile,
             limit=limit,
-            encode=_encode,
-            decode=_decode,
+            encode=_ROWS.encode,
+            decode=_ROWS.decode,
             log=log,
         )
 
