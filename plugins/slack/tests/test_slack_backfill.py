@@ -7,9 +7,10 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,7 +21,6 @@ from bridge_slack.backfill import NAMESPACE
 from bridge_slack.testing.fake_slack import (
     FakeSlack,
     event_callback,
-    message_event,
     signed_headers,
 )
 from hypothesis import HealthCheck, given, settings
@@ -30,36 +30,24 @@ from bridge_core import InboundMessage, Unreachable
 from bridge_core.ledger.kv import MemoryKeyValueStore
 from bridge_core.provider import HttpRequest, HttpRoute
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared kit, by name (its docstring)
+from slack_backfill_kit import (
+    CHANNEL,
+    PROFILE,
+    SECOND,
+    USER,
+    Sink,
+    first_run,
+    in_thread,
+    push,
+    running,
+    say,
+    socket_settings,
+)
+
 pytestmark = pytest.mark.anyio
 
-CHANNEL = "C0GENERAL"
-SECOND = "C0SECOND"
 ELSEWHERE = "C0ELSEWHERE"  # a channel no run heard from before
-USER = "U0PERSON"
-PROFILE = "team"
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.messages: list[InboundMessage] = []
-        self._changed = anyio.Event()
-
-    async def __call__(self, message: InboundMessage) -> None:
-        self.messages.append(message)
-        self._changed.set()
-
-    async def until(self, predicate: Callable[[list[InboundMessage]], bool]) -> None:
-        with anyio.fail_after(10):
-            while not predicate(self.messages):
-                self._changed = anyio.Event()
-                await self._changed.wait()
-
-    async def count(self, count: int) -> list[str]:
-        await self.until(lambda messages: len(messages) >= count)
-        return [m.text for m in self.messages]
-
-    def texts(self, channel: str) -> list[str]:
-        return [m.text for m in self.messages if m.channel == channel]
 
 
 @pytest.fixture
@@ -67,59 +55,6 @@ def fake(fake_slack: FakeSlack) -> FakeSlack:
     for channel in (SECOND, ELSEWHERE):
         fake_slack.add_channel(channel)
     return fake_slack
-
-
-def socket_settings(fake: FakeSlack, **extra: Any) -> SlackSettings:
-    return SlackSettings(
-        bot_token=fake.token,
-        app_token=fake.app_token,
-        socket_mode=True,
-        api_base_url=fake.api_url,
-        timeout=2.0,
-        **extra,
-    )
-
-
-def say(fake: FakeSlack, channel: str, text: str, **fields: Any) -> dict[str, Any]:
-    """A person writes ``text``: kept in the channel's history; its live event returned."""
-    user = fields.pop("user", USER)
-    ts = fake.add_foreign_message(channel, text, user=user, **fields)
-    return message_event(channel=channel, text=text, user=user, ts=ts, **fields)
-
-
-def push(fake: FakeSlack, event: dict[str, Any]) -> str:
-    return fake.push_event(event_callback(event, event_id=f"Ev{event['ts']}"))
-
-
-async def in_thread(function: Callable[[], Any]) -> Any:
-    return await anyio.to_thread.run_sync(function)
-
-
-@asynccontextmanager
-async def running(
-    fake: FakeSlack, settings: SlackSettings, kv: MemoryKeyValueStore | None, sink: Sink
-) -> AsyncIterator[SlackProvider]:
-    """One Socket Mode ``receive`` run, connected, until the block ends (the provider is then
-    gone, as after a deploy)."""
-    provider = SlackProvider(settings, profile=PROFILE, kv=kv)
-    opened = fake.count("socket")
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(provider.receive, sink)
-            await in_thread(lambda: fake.wait_for_socket(opened + 1))
-            yield provider
-            tasks.cancel_scope.cancel()
-    finally:
-        await provider.aclose()
-
-
-async def first_run(fake: FakeSlack, kv: MemoryKeyValueStore, *channels: str) -> None:
-    """A run that hears one person's message in each of ``channels``, so they are remembered."""
-    sink = Sink()
-    async with running(fake, socket_settings(fake), kv, sink):
-        for number, channel in enumerate(channels):
-            push(fake, say(fake, channel, f"seen live {number}"))
-        await sink.count(len(channels))
 
 
 def history_reads(fake: FakeSlack) -> list[dict[str, str]]:

@@ -5,57 +5,38 @@ twice. Against FakeSlack, its requests counted at the platform."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
-from bridge_slack import SlackProvider, SlackSettings
-from bridge_slack.testing.fake_slack import FakeSlack, event_callback, message_event
+from bridge_slack import SlackProvider
+from bridge_slack.testing.fake_slack import FakeSlack
 
 from bridge_core import ConnectionLost, InboundMessage
 from bridge_core.ledger.kv import MemoryKeyValueStore
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared kit, by name (its docstring)
+from slack_backfill_kit import (
+    CHANNEL,
+    PROFILE,
+    SECOND,
+    Sink,
+    first_run,
+    in_thread,
+    push,
+    say,
+    socket_settings,
+)
+
 pytestmark = pytest.mark.anyio
 
-CHANNEL = "C0GENERAL"
-SECOND = "C0SECOND"
 THIRD = "C0THIRD"
 FOURTH = "C0FOURTH"
-USER = "U0PERSON"
-PROFILE = "team"
-
-
-class Sink:
-    """The core's sink; ``hang_on`` names a text whose first delivery never returns (the core
-    was taking it when the socket dropped), and which is not taken then."""
-
-    def __init__(self, *, hang_on: str | None = None) -> None:
-        self.messages: list[InboundMessage] = []
-        self.hung = anyio.Event()
-        self.on_message: Callable[[InboundMessage], None] = lambda message: None
-        self._hang_on = hang_on
-        self._changed = anyio.Event()
-
-    async def __call__(self, message: InboundMessage) -> None:
-        if message.text == self._hang_on:
-            self._hang_on = None
-            self.hung.set()
-            await anyio.sleep_forever()
-        self.messages.append(message)
-        self.on_message(message)
-        self._changed.set()
-
-    async def until(self, predicate: Callable[[list[InboundMessage]], bool]) -> None:
-        with anyio.fail_after(10):
-            while not predicate(self.messages):
-                self._changed = anyio.Event()
-                await self._changed.wait()
-
-    def texts(self, channel: str) -> list[str]:
-        return [m.text for m in self.messages if m.channel == channel]
 
 
 @pytest.fixture
@@ -63,47 +44,6 @@ def fake(fake_slack: FakeSlack) -> FakeSlack:
     for channel in (SECOND, THIRD, FOURTH):
         fake_slack.add_channel(channel)
     return fake_slack
-
-
-def socket_settings(fake: FakeSlack) -> SlackSettings:
-    return SlackSettings(
-        bot_token=fake.token,
-        app_token=fake.app_token,
-        socket_mode=True,
-        api_base_url=fake.api_url,
-        timeout=2.0,
-    )
-
-
-def say(fake: FakeSlack, channel: str, text: str, **fields: Any) -> dict[str, Any]:
-    """A person writes ``text``: kept in the channel's history; its live event returned."""
-    ts = fake.add_foreign_message(channel, text, user=USER, **fields)
-    return message_event(channel=channel, text=text, user=USER, ts=ts, **fields)
-
-
-def push(fake: FakeSlack, event: dict[str, Any]) -> str:
-    return fake.push_event(event_callback(event, event_id=f"Ev{event['ts']}"))
-
-
-async def in_thread(function: Callable[[], Any]) -> Any:
-    return await anyio.to_thread.run_sync(function)
-
-
-async def first_run(fake: FakeSlack, kv: MemoryKeyValueStore, *channels: str) -> None:
-    """A run that hears one person's message in each of ``channels``, in that order, so they
-    are remembered, the last one the most recently active."""
-    provider = SlackProvider(socket_settings(fake), profile=PROFILE, kv=kv)
-    sink = Sink()
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(provider.receive, sink)
-            await in_thread(fake.wait_for_socket)
-            for number, channel in enumerate(channels):
-                push(fake, say(fake, channel, f"seen live {number}"))
-            await sink.until(lambda messages: len(messages) == len(channels))
-            tasks.cancel_scope.cancel()
-    finally:
-        await provider.aclose()
 
 
 class Runs:
