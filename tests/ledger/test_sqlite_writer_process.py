@@ -5,6 +5,7 @@ calls sees them; off asyncio there is no child."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sqlite3
@@ -19,6 +20,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bridge_core.ledger import Delivery, DeliveryLedger, LedgerError, Reply, State
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
@@ -246,3 +249,54 @@ def test_off_asyncio_there_is_no_child_and_the_thread_writes(tmp_path: Path) -> 
             await store.aclose()
 
     anyio.run(run, backend="trio")
+
+
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=60)  # lone surrogates too
+NUMBERS = itertools.count()
+
+
+@pytest.fixture
+async def both(tmp_path: Path) -> Any:
+    thread = SQLiteLedgerStore(tmp_path / "t.sqlite3")
+    process = SQLiteLedgerStore(tmp_path / "p.sqlite3", writer="process")
+    await thread.open()
+    await process.open()
+    yield thread, process
+    await process.aclose()
+    await thread.aclose()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    text=ANY_TEXT,
+    channel=st.text(st.characters(exclude_categories=()), min_size=1, max_size=40),
+    thread=st.none() | st.text(st.characters(exclude_categories=()), min_size=1, max_size=40),
+)
+async def test_any_text_crosses_the_pipe_as_the_thread_stores_it(
+    both: tuple[SQLiteLedgerStore, SQLiteLedgerStore], text: str, channel: str, thread: str | None
+) -> None:
+    """The pipe is a boundary: full Unicode (lone surrogates, NUL, control characters) is
+    recorded and read back through the writer process exactly as through the thread, or
+    refused the same way, and the child goes on."""
+    given_reply = Reply(
+        obligation_id=f"u{next(NUMBERS)}",
+        profile="p",
+        platform="console",
+        channel=channel,
+        thread=thread,
+        text=text,
+    )
+    outcomes: list[Any] = []
+    for store in both:
+        try:
+            row, created = await store.record(given_reply, now=1.0)
+        except Exception as error:
+            outcomes.append(type(error))
+            continue
+        read = await store.get(row.id)
+        assert created and read is not None
+        outcomes.append((read.text, read.channel, read.thread))
+    assert outcomes[0] == outcomes[1]
+    assert both[1].hot.pid is not None and running(both[1].hot.pid)
