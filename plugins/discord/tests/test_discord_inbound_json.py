@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from bridge_discord import DiscordProvider, DiscordSettings
-from bridge_discord.backfill import NAMESPACE, Positions, _decode, _encode
+from bridge_discord.backfill import _ROWS, NAMESPACE, Positions
 from bridge_discord.inbound import inbound_from_json, inbound_from_message
 from bridge_discord.testing.fake_discord import FakeDiscord
 from hypothesis import given
@@ -114,9 +114,9 @@ def test_any_message_json_reads_as_a_message_or_none(
 @FUZZ
 @given(raw=st.binary(max_size=200) | json_values().map(lambda v: repr(v).encode()))
 def test_any_stored_value_reads_as_positions_or_none(raw: bytes) -> None:
-    channels = _decode(raw, 500)
+    channels = _ROWS.decode(raw, 500)
     if channels is not None:
-        assert _decode(_encode(channels), 500) == channels
+        assert _ROWS.decode(_ROWS.encode(channels), 500) == channels
 
 
 @pytest.mark.anyio
