@@ -4,14 +4,15 @@
    events to ``POST /v1/events`` of a real ``chatbridge run`` process (console provider, SQLite
    ledger, the notifier running), against the same aiohttp server answering 202 with no work.
 2. Latency from ``POST /v1/messages`` to the console provider's send (the transcript's ``at``),
-   at low load (one message at a time, 20 a second), p50 and p99, against the floor server's
-   request-to-202 latency. 600 messages each (30 s at 20/s): the p99 of 200 was their second
-   slowest, which one fsync stall or one descheduling of either process moved by 2x between
-   runs; of 600 it is the seventh slowest.
+   at low load (one message at a time, 20 a second), p50 and p99. Its floor is the floor
+   server's request-to-202 latency when the handler first commits one bare row to a SQLite file
+   at ``synchronous=FULL`` in WAL (ADR 0188): a message must be recorded durably before it is
+   sent, and the ledger's own floors commit at ``FULL`` too. The same server's bare
+   request-to-202 is reported beside it, without a target. 600 messages each (30 s at 20/s):
+   the p99 of 200 was their second slowest, which one fsync stall or one descheduling of
+   either process moved by 2x between runs; of 600 it is the seventh slowest.
 3. Beside them, not a target: the p99 of an ``fdatasync`` of 12 KiB in the ledger's folder at the
-   same rate, as many times as messages. The record's commit waits for one (ADR 0121) and the
-   floor for none, so a p99 of the disk's flush above the floor's p99 puts the target out of
-   the message path's reach whatever its code does (ADR 0154).
+   same rate, as many times as messages: the disk's share of both (ADR 0154).
 
 Run: ``python bench/bench_gateway.py [--seconds 5] [--messages 600]``.
 """
@@ -34,16 +35,30 @@ import aiohttp
 from _figures import Figure, print_table
 
 FLOOR_SERVER = """
+import sqlite3
 import sys
 from aiohttp import web
+
+# The durable floor: one bare row committed at FULL (WAL) before the 202, on the loop itself,
+# as the least a server that records before it answers can do (ADR 0188).
+conn = sqlite3.connect(sys.argv[2], isolation_level=None)
+conn.execute("PRAGMA journal_mode = WAL")
+conn.execute("PRAGMA synchronous = FULL")
+conn.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
 
 async def accept(request):
     await request.read()
     return web.json_response({"accepted": 0}, status=202)
 
+async def accept_durably(request):
+    body = await request.read()
+    conn.execute("INSERT INTO floor (body) VALUES (?)", (body,))
+    return web.json_response({"accepted": 1}, status=202)
+
 app = web.Application(client_max_size=1 << 20)
 app.router.add_post("/v1/events", accept)
 app.router.add_post("/v1/messages", accept)
+app.router.add_post("/v1/durable", accept_durably)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """
 
@@ -125,22 +140,30 @@ async def throughput(url: str, seconds: float, connections: int = 4) -> float:
     return sum(counts) / elapsed
 
 
-async def floor_latency(url: str, messages: int, rate: float) -> list[float]:
+async def floor_latency(
+    url: str, messages: int, rate: float, *, route: str = "/v1/messages"
+) -> list[float]:
+    """Request-to-202 of the floor server, one at a time at ``rate``; ``route="/v1/durable"``
+    commits a row at ``FULL`` before each answer."""
     out = []
     async with aiohttp.ClientSession() as session:
         for i in range(messages):
             began = time.perf_counter()
-            async with session.post(url + "/v1/messages", json={"text": f"m{i}"}) as r:
+            async with session.post(url + route, json={"text": f"m{i}"}) as r:
                 await r.read()
             out.append(time.perf_counter() - began)
             await asyncio.sleep(max(0.0, 1 / rate - out[-1]))
     return out
 
 
-async def gateway_latency(url: str, transcript: Path, messages: int, rate: float) -> list[float]:
+async def gateway_latency(
+    url: str, transcript: Path, messages: int, rate: float, *, first: int = 0
+) -> list[float]:
+    """``POST /v1/messages`` to the console's send, one at a time at ``rate``; the probes are
+    numbered from ``first``, so rounds of one run never share a text."""
     sent: dict[str, float] = {}
     async with aiohttp.ClientSession() as session:
-        for i in range(messages):
+        for i in range(first, first + messages):
             text = f"latency probe {i}"
             sent[text] = time.time()
             began = time.perf_counter()
@@ -211,7 +234,9 @@ def measure(args: argparse.Namespace) -> list[Figure]:
     env = {**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""}
 
     port = free_port()
-    floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(port)], env=env)
+    floor = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_SERVER, str(port), str(workdir / "floor.sqlite3")], env=env
+    )
     floor_url = f"http://127.0.0.1:{port}"
     transcript = workdir / "transcript.jsonl"
     config = workdir / "bridge.toml"
@@ -234,10 +259,20 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         for _ in range(max(1, round(args.seconds))):
             floor_rate = max(floor_rate, asyncio.run(throughput(floor_url, 1.0)))
             gateway_rate = max(gateway_rate, asyncio.run(throughput(gateway_url, 1.0)))
-        floor_lat = asyncio.run(floor_latency(floor_url, args.messages, args.rate))
-        gateway_lat = asyncio.run(
-            gateway_latency(gateway_url, transcript, args.messages, args.rate)
-        )
+        # The three latency runs in alternating rounds of 100, as the rates above: a disk whose
+        # flushes slow down for a while then slows the floor's and the gateway's alike.
+        bare_lat: list[float] = []
+        floor_lat: list[float] = []
+        gateway_lat: list[float] = []
+        rounds = max(1, args.messages // 100)
+        for k in range(rounds):
+            first = k * (args.messages // rounds) + min(k, args.messages % rounds)
+            each = args.messages // rounds + (1 if k < args.messages % rounds else 0)
+            bare_lat += asyncio.run(floor_latency(floor_url, each, args.rate))
+            floor_lat += asyncio.run(floor_latency(floor_url, each, args.rate, route="/v1/durable"))
+            gateway_lat += asyncio.run(
+                gateway_latency(gateway_url, transcript, each, args.rate, first=first)
+            )
         sync_lat = disk_sync_latency(workdir, args.messages, args.rate)
     finally:
         for process in (floor, gateway):
@@ -268,10 +303,10 @@ def measure(args: argparse.Namespace) -> list[Figure]:
         f"{args.rate:g}/s:"
     )
     for q, label in ((0.5, "p50"), (0.99, "p99")):
-        g, f = pct(gateway_lat, q) * ms, pct(floor_lat, q) * ms
+        g, f, b = (pct(lat, q) * ms for lat in (gateway_lat, floor_lat, bare_lat))
         print(
-            f"  {label}: gateway {g:7.2f} ms, floor (request -> 202) {f:6.2f} ms, "
-            f"ratio {g / f:6.1f}x"
+            f"  {label}: gateway {g:7.2f} ms, floor (request -> commit at FULL -> 202) "
+            f"{f:6.2f} ms, ratio {g / f:5.2f}x; bare request -> 202 {b:6.2f} ms ({g / b:.2f}x)"
         )
         found.append(
             Figure(
@@ -281,14 +316,26 @@ def measure(args: argparse.Namespace) -> list[Figure]:
                 floor=f,
                 target=2.0 if label == "p99" else None,
                 higher_is_better=False,
-                label=f"POST /v1/messages -> send, {label}, {args.rate:g}/s (floor: -> 202)",
+                label=f"POST /v1/messages -> send, {label}, {args.rate:g}/s "
+                "(floor: one row committed at FULL -> 202)",
             )
         )
+    found.append(
+        Figure(
+            name="gateway.message_send_p99_bare_floor",
+            value=pct(gateway_lat, 0.99) * ms,
+            unit="ms",
+            floor=pct(bare_lat, 0.99) * ms,
+            higher_is_better=False,
+            label=f"POST /v1/messages -> send, p99, {args.rate:g}/s (floor: bare -> 202, "
+            "no flush; no target, the floor before ADR 0188)",
+        )
+    )
     print(f"  mean gateway {statistics.fmean(gateway_lat) * ms:.2f} ms")
     print(
         f"  the disk alone, fdatasync of 12 KiB at {args.rate:g}/s: p50 "
         f"{pct(sync_lat, 0.5) * ms:.2f} ms, p99 {pct(sync_lat, 0.99) * ms:.2f} ms "
-        f"(one such flush is in every message's path, none in the floor's)"
+        f"(one such flush is in every message's path and in the floor's)"
     )
     found.append(
         Figure(
@@ -298,7 +345,7 @@ def measure(args: argparse.Namespace) -> list[Figure]:
             floor=pct(floor_lat, 0.99) * ms,
             higher_is_better=False,
             label=f"fdatasync of 12 KiB beside the ledger, p99, {args.rate:g}/s "
-            "(floor: -> 202; no target: the disk's share of the message p99)",
+            "(floor: the message floor; no target: the disk's share of the message p99)",
         )
     )
     return found

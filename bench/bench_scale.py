@@ -175,7 +175,7 @@ def _seed(path: Path, rows: int) -> None:
 
 async def _sweep(folder: Path, rows: int) -> tuple[float, int]:
     path = folder / f"sweep-{rows}-{time.monotonic_ns()}.db"
-    store = await open_store(path)
+    store = await open_store(path, sqlite_writer="thread")  # the schema only
     await store.aclose()
     _seed(path, rows)
     store = await open_store(path)

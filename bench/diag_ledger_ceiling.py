@@ -133,7 +133,7 @@ async def ledger_runs(replies: int) -> tuple[dict[str, dict[str, float]], dict[s
     """Each figure's measured run and its floor at that run's batching."""
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        store = await open_store(folder / "ledger.db")
+        store = await open_store(folder / "ledger.db", sqlite_writer="thread")
         assert isinstance(store, SQLiteLedgerStore)
         await submit_rate(store, replies=2000, in_flight=IN_FLIGHT, tag="warm")
         runs = {

@@ -21,6 +21,10 @@ plus the collector's collections and every event-loop callback over 0.8 ms. It p
 stage's p50/p90/p99/max, and for the slowest 5% of messages how much each stage exceeded its
 own median (where the tail is made).
 
+The gateway runs its ledger's writer thread (``--ledger-writer thread``): the stages from
+``handover`` to ``w_end`` are the thread's, and a writer process (the default, ADR 0187) has
+none of them in this process.
+
 Run: ``python bench/diag_message_stages.py [--messages 600]``. The hooks wrap private functions
 of ``bridge_core`` in the gateway process only (``install``); they cost a few microseconds a
 stage, so the run's own figures sit slightly above ``bench_gateway.py``'s.
@@ -233,7 +237,10 @@ def main() -> None:
     seen_file = workdir / "stages.json"
     env = {**os.environ, "CHATBRIDGE_LOAD_PLUGINS": ""}
     port = bg.free_port()
-    floor = subprocess.Popen([sys.executable, "-c", bg.FLOOR_SERVER, str(port)], env=env)
+    floor = subprocess.Popen(
+        [sys.executable, "-c", bg.FLOOR_SERVER, str(port), str(workdir / "floor.sqlite3")],
+        env=env,
+    )
     floor_url = f"http://127.0.0.1:{port}"
     transcript = workdir / "transcript.jsonl"
     config = workdir / "bridge.toml"
@@ -245,7 +252,7 @@ def main() -> None:
     )
     gateway = subprocess.Popen(
         [sys.executable, "-c", start, "run", "-c", str(config), "--ready-file", str(ready),
-         "--log-level", "WARNING"],
+         "--log-level", "WARNING", "--ledger-writer", "thread"],
         env={**env, "PYTHONPATH": str(Path(__file__).parent)},
         stdin=subprocess.DEVNULL,
     )  # fmt: skip

@@ -5,14 +5,14 @@ from __future__ import annotations
 import gc
 import logging
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import NoReturn
 
 import anyio
 import click
 
 from bridge_core.commands import config_option, load_cli_config
 from bridge_core.config import BridgeConfig
-from bridge_core.ledger import LedgerError, Schedule
+from bridge_core.ledger import LedgerError, LedgerWriter, Schedule
 from bridge_core.ownership import LogUnavailable
 from bridge_core.runtime.agents import AgentLoadError
 from bridge_core.runtime.gateway import Gateway, GatewayError, GatewayOptions
@@ -103,11 +103,11 @@ def serving_lines(config: BridgeConfig, gateway: Gateway) -> list[str]:
 )
 @click.option(
     "--ledger-writer",
-    type=click.Choice(["thread", "process"]),
-    default="thread",
+    type=click.Choice(["auto", "thread", "process"]),
+    default="auto",
     show_default=True,
-    help="Where a SQLite ledger's writes run: a thread, or a process of their own "
-    "(more replies a second on a busy gateway).",
+    help="Where a SQLite ledger's writes run: a process of their own, off the event loop "
+    "(process), a thread of the gateway (thread), or the process where it can start (auto).",
 )
 @click.option("--ledger-lease", type=float, default=None, hidden=True)
 @click.option("--ledger-table-prefix", default="bridge_", hidden=True)
@@ -126,7 +126,7 @@ def command(
     settle: float,
     heartbeat: float,
     key_prefix: str,
-    ledger_writer: Literal["thread", "process"],
+    ledger_writer: LedgerWriter,
     ledger_lease: float | None,
     ledger_table_prefix: str,
     ledger_sweep_interval: float | None,

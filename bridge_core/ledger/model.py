@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from bridge_core.conversation import obligation_id
 from bridge_core.errors import BridgeError
@@ -21,12 +22,19 @@ __all__ = [
     "Deliver",
     "Delivery",
     "LedgerError",
+    "LedgerWriter",
     "Obligation",
     "Owner",
     "Reply",
     "State",
     "part_delivery",
 ]
+
+
+LedgerWriter = Literal["auto", "thread", "process"]
+"""Where a SQLite ledger's record, claim and settle statements run: its writer thread, a writer
+process of their own (ADR 0186), or ``"auto"``: the process, and the thread where it cannot
+start (ADR 0187)."""
 
 
 class LedgerError(BridgeError):

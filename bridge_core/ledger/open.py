@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from bridge_core.ledger.model import LedgerError
+from bridge_core.ledger.model import LedgerError, LedgerWriter
 from bridge_core.ledger.store import LedgerStore
 
 __all__ = ["open_store"]
@@ -17,15 +16,17 @@ async def open_store(
     owner: str | None = None,
     table_prefix: str = "bridge_",
     lease: float = 60.0,
-    sqlite_writer: Literal["thread", "process"] = "thread",
+    sqlite_writer: LedgerWriter = "thread",
 ) -> LedgerStore:
     """Open (and create if needed) the ledger at ``location`` and register this process.
 
     ``owner`` overrides this process's owner id (tests); ``table_prefix`` names the PostgreSQL
     tables (SQLite always uses ``ledger``); ``lease`` is the PostgreSQL owner lease in seconds
     (how long a dead gateway's rows wait before a live one takes them over);
-    ``sqlite_writer="process"`` runs a SQLite ledger's hot statements in a writer process of
-    their own, off the event loop's GIL (ADR 0186).
+    ``sqlite_writer`` says where a SQLite ledger's record, claim and settle statements run:
+    ``"thread"`` on the file's writer thread; ``"process"`` in a writer process of their own,
+    off the event loop's GIL (ADR 0186); ``"auto"``, the gateway's default, in the process, or
+    on the thread when none can start (ADR 0187). A short-lived command keeps the thread.
     """
     text = str(location)
     store: LedgerStore

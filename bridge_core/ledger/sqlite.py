@@ -1,5 +1,6 @@
 """The embedded ledger: one SQLite file, WAL, ``synchronous=FULL``, one writer thread (and,
-with ``writer="process"``, a writer process for the hot statements, ADR 0186).
+with ``writer="process"`` or ``"auto"``, a writer process for the hot statements, ADR 0186,
+0187).
 
 Accepted means durable across a power cut, not only a process kill. Every write goes through
 ``SQLiteWriter``, which batches concurrent calls into group commits off the event loop; the
@@ -19,7 +20,7 @@ from typing import Literal, TypeVar
 
 from bridge_core.ledger.inflight import RecordInFlight
 from bridge_core.ledger.liveness import Liveness
-from bridge_core.ledger.model import LedgerError, Obligation, Reply, State
+from bridge_core.ledger.model import LedgerError, LedgerWriter, Obligation, Reply, State
 from bridge_core.ledger.owner import current_owner
 from bridge_core.ledger.rows import (
     COLUMNS,
@@ -43,7 +44,7 @@ from bridge_core.ledger.sqlmerged import (
     MergedHeldUpdates,
     MergedRecords,
 )
-from bridge_core.ledger.sqlprocess import SQLiteWriterProcess
+from bridge_core.ledger.sqlprocess import hot_writer
 from bridge_core.ledger.sqlreader import SQLiteReader, TakenRows
 from bridge_core.ledger.sqlschema import (
     BUSY_TIMEOUT_MS,
@@ -69,14 +70,17 @@ T = TypeVar("T")
 
 
 class SQLiteLedgerStore:
-    """A ledger in one SQLite file (created with its folder if missing)."""
+    """A ledger in one SQLite file (created with its folder if missing).
+
+    ``writer``: where the record, claim and settle statements run (``LedgerWriter``); the
+    gateway's default is ``"auto"`` (ADR 0187)."""
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         owner: str | None = None,
-        writer: Literal["thread", "process"] = "thread",
+        writer: LedgerWriter = "thread",
     ) -> None:
         self.path = Path(path)
         self._me = current_owner()
@@ -94,19 +98,10 @@ class SQLiteLedgerStore:
         # The writer of the hot, merged statements (record, claim, settle): the thread itself,
         # or a process of its own (``writer="process"``, ADR 0186); functions of the connection
         # (``writer.call``) always run on the thread.
-        self.hot: SQLiteWriter | SQLiteWriterProcess = self.writer
-        if writer == "process":
-            kinds = {
-                id(self._records): "records",
-                id(self._claims): "claims",
-                id(self._held): "held",
-                id(self._delivered): "delivered",
-            }
-            self.hot = SQLiteWriterProcess(
-                str(self.path), owner=self._owner, kinds=kinds, thread=self.writer
-            )
-        elif writer != "thread":
-            raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
+        merged = (self._records, self._claims, self._held, self._delivered)
+        self.hot = hot_writer(
+            writer, str(self.path), owner=self._owner, thread=self.writer, kinds=merged
+        )
         # Rows as this store last wrote or read them, so a claim or a held update that follows
         # needs only the id back instead of the whole row (event loop thread only; bounded).
         self._known: dict[str, Obligation] = {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import os
 import pickle
 import subprocess
@@ -38,19 +39,20 @@ from typing import Any, TypeVar
 
 import anyio
 
-from bridge_core.ledger.model import LedgerError
+from bridge_core.ledger.model import LedgerError, LedgerWriter
 from bridge_core.ledger.sqlchild import (
     BEGUN,
     COMMITTING,
     DONE,
     FAILED,
     HEADER,
+    KINDS,
     READY,
     take_frames,
 )
 from bridge_core.ledger.sqlwriter import Merged, SQLiteWriter, _Call, _wake
 
-__all__ = ["CHUNK", "SQLiteWriterProcess"]
+__all__ = ["CHUNK", "SQLiteWriterProcess", "hot_writer"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 (an item)
@@ -64,6 +66,22 @@ _RUN_CHILD = (
     "import sys; from bridge_core.ledger.sqlchild import main; sys.exit(main(sys.argv[1:]))"
 )
 _START_TIMEOUT = 60.0  # seconds for the child to import and open the file
+_log = logging.getLogger(__name__)
+
+
+def hot_writer(
+    writer: LedgerWriter, path: str, *, owner: str, thread: SQLiteWriter, kinds: Sequence[object]
+) -> SQLiteWriter | SQLiteWriterProcess:
+    """The writer of a store's merged statements for ``writer``: ``thread`` itself, or a
+    process whose calls ``thread`` takes where the child cannot (``"auto"`` falls back to it
+    when the child does not start). ``kinds``: the store's merged kinds, in ``KINDS``'s order."""
+    if writer == "thread":
+        return thread
+    if writer not in ("process", "auto"):
+        raise ValueError(f"writer must be 'auto', 'thread' or 'process', not {writer!r}")
+    names = {id(kind): name for kind, name in zip(kinds, KINDS, strict=True)}
+    fall_back = writer == "auto"
+    return SQLiteWriterProcess(path, owner=owner, kinds=names, thread=thread, fall_back=fall_back)
 
 
 class SQLiteWriterProcess:
@@ -79,12 +97,14 @@ class SQLiteWriterProcess:
         kinds: dict[int, str],
         thread: SQLiteWriter,
         chunk: int = CHUNK,
+        fall_back: bool = False,
     ) -> None:
         self.path = path
         self._owner = owner
         self._kinds = kinds  # id(kind) -> its name in the child
         self._thread = thread
         self._chunk = chunk
+        self._fall_back = fall_back  # a child that cannot start leaves every call to the thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._out = self._in = -1
@@ -142,12 +162,18 @@ class SQLiteWriterProcess:
         except BaseException as error:
             self._fail(LedgerError(f"the SQLite writer process for {self.path} did not start"))
             await self._reap()
-            if isinstance(error, LedgerError | TimeoutError):
-                raise LedgerError(
-                    f"the SQLite writer process for {self.path} did not start: {error}; "
-                    f"check that {sys.executable} can import bridge_core"
-                ) from error
-            raise
+            if not isinstance(error, LedgerError | TimeoutError):
+                raise
+            failed = LedgerError(
+                f"the SQLite writer process for {self.path} did not start: {error}; "
+                f"check that {sys.executable} can import bridge_core"
+            )
+            if not self._fall_back:
+                raise failed from error
+            # "auto" (ADR 0187): a Python that cannot start a child of itself (a frozen build,
+            # a sandbox) still gets its ledger, at the thread's throughput
+            _log.warning("%s; the writer thread takes every write instead", failed)
+            self._child = self._loop = self._broken = None
 
     # ------------------------------------------------------------------ calls
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Literal
 
 from bridge_core.errors import BridgeError
 from bridge_core.inbound import DEFAULT_INITIAL_BACKOFF
-from bridge_core.ledger import Schedule
+from bridge_core.ledger import LedgerWriter, Schedule
 
 __all__ = ["GatewayError", "GatewayOptions", "check_bind"]
 
@@ -67,9 +66,9 @@ class GatewayOptions:
     ledger_lease: float | None = None
     ledger_table_prefix: str = "bridge_"
     ledger_owner: str | None = None  # this process's owner id in the ledger (tests)
-    # where a SQLite ledger's record, claim and settle statements run: its writer thread, or a
-    # writer process of their own, off the event loop's GIL (ADR 0186)
-    ledger_writer: Literal["thread", "process"] = "thread"
+    # where a SQLite ledger's record, claim and settle statements run: a writer process of their
+    # own, off the event loop's GIL, or the writer thread where none can start (ADR 0186, 0187)
+    ledger_writer: LedgerWriter = "auto"
     reconnect_backoff: float = DEFAULT_INITIAL_BACKOFF  # first wait before rebuilding inbound
 
     @property

@@ -258,6 +258,21 @@ async def test_each_bad_input_gets_an_error_naming_it_and_changes_nothing(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("constant", ["Infinity", "-Infinity", "NaN"])
+async def test_a_constant_json_has_not_is_malformed_wherever_it_stands(
+    client: Client, constant: str
+) -> None:
+    # Python's json writes these for float("inf") and float("nan"); a gateway that read them
+    # would echo an id or a number no other JSON reader takes
+    raw = await client.connect()
+    await raw.hello()
+    await raw.send(f'{{"type": "busy", "turn": "ops/1", "id": {constant}}}')
+    error = await raw.recv()
+    assert error["code"] == "malformed" and f"{constant} is not JSON" in error["message"], error
+    assert "re" not in error
+
+
+@pytest.mark.anyio
 async def test_an_error_names_a_field_as_text_an_error_frame_can_carry(client: Client) -> None:
     raw = await client.connect()
     await raw.hello()

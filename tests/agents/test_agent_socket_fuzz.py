@@ -21,7 +21,10 @@ from .conftest import OPTIONS, Client, frames_answering, say, well_formed
 # full Unicode: lone surrogates, NUL and control characters included (JSON escapes them);
 # st.characters() alone never draws a surrogate, so the kit's ANY_TEXT
 any_text = ANY_TEXT
-scalar = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | any_text
+# no NaN or infinity: json.dumps writes them as NaN and Infinity, which are not JSON, and the
+# gateway answers such a frame as malformed before it reads any id
+finite = st.floats(allow_nan=False, allow_infinity=False)
+scalar = st.none() | st.booleans() | st.integers() | finite | any_text
 nested = st.recursive(
     scalar,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3),

@@ -6,6 +6,7 @@ calls sees them; off asyncio there is no child."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import sqlite3
@@ -15,7 +16,7 @@ import time
 from contextlib import closing
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -23,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge_core.ledger import Delivery, DeliveryLedger, LedgerError, Reply, State
+from bridge_core.ledger import Delivery, DeliveryLedger, LedgerError, Reply, State, sqlprocess
 from bridge_core.ledger.sqlite import SQLiteLedgerStore
 from bridge_core.provider import MessageRef
 from bridge_core.testing.processes import running, wait_ended
@@ -249,6 +250,43 @@ def test_off_asyncio_there_is_no_child_and_the_thread_writes(tmp_path: Path) -> 
             await store.aclose()
 
     anyio.run(run, backend="trio")
+
+
+@pytest.mark.parametrize("writer", ["auto", "process"])
+async def test_a_child_that_cannot_start_leaves_auto_on_the_thread_and_fails_process(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    writer: Literal["auto", "process"],
+) -> None:
+    # a Python that cannot run the child (a frozen build, a sandbox): it ends before READY
+    monkeypatch.setattr(sqlprocess, "_RUN_CHILD", "import sys; sys.exit(3)")
+    store = SQLiteLedgerStore(tmp_path / "l.sqlite3", writer=writer)
+    if writer == "process":
+        with pytest.raises(LedgerError, match=r"writer process .* did not start"):
+            await store.open()
+        return
+    with caplog.at_level(logging.WARNING, logger="bridge_core.ledger.sqlprocess"):
+        await store.open()
+    try:
+        assert isinstance(store.hot, sqlprocess.SQLiteWriterProcess) and store.hot.pid is None
+        assert "did not start" in caplog.text and "writer thread takes every write" in caplog.text
+        row, created = await store.record(reply(0), now=1.0)
+        assert created and row.state is State.PENDING and store.writer.calls >= 1
+    finally:
+        await store.aclose()
+    assert states(tmp_path / "l.sqlite3") == {"pending": 1}
+
+
+async def test_auto_runs_the_hot_statements_in_a_child_where_one_starts(tmp_path: Path) -> None:
+    store = SQLiteLedgerStore(tmp_path / "l.sqlite3", writer="auto")
+    await store.open()
+    try:
+        assert isinstance(store.hot, sqlprocess.SQLiteWriterProcess) and store.hot.pid is not None
+        await store.record(reply(0), now=1.0)
+        assert store.hot.calls == 1
+    finally:
+        await store.aclose()
 
 
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=60)  # lone surrogates too

@@ -171,7 +171,10 @@ async def test_a_record_that_fails_sends_nothing_and_frees_the_channel(
         return run_many(self, conn, items)
 
     monkeypatch.setattr(MergedRecords, "run_many", failing)
-    gateway = Gateway(one_channel(tmp_path, HeldProvider), options=GatewayOptions(http=False))
+    # the failure is patched into this process: the records' statement runs here only on the
+    # writer thread (a writer process, the gateway's default, runs its own copy)
+    options = GatewayOptions(http=False, ledger_writer="thread")
+    gateway = Gateway(one_channel(tmp_path, HeldProvider), options=options)
     async with gateway:
         with pytest.raises(sqlite3.OperationalError):
             await gateway.accept_message(MessageRequest(channel="ops", text="lost"))
