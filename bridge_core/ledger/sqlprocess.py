@@ -26,7 +26,6 @@ the next start's sweep, labelled as a possible duplicate when it was claimed.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import pickle
@@ -38,6 +37,9 @@ from itertools import islice
 from typing import Any, TypeVar
 
 import anyio
+
+if sys.platform != "win32":  # the child's pipes are POSIX pipes (``start``)
+    import fcntl
 
 from bridge_core.ledger.model import LedgerError, LedgerWriter
 from bridge_core.ledger.sqlchild import (
@@ -138,13 +140,18 @@ class SQLiteWriterProcess:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # not asyncio: the thread writer takes every call
+        if sys.platform == "win32":
+            return self._not_started(OSError("its pipes need a POSIX system"))
         # ``-c``, not ``-m``: the package imports ``sqlchild`` (its constants) before ``-m``
         # would run it, and runpy warns of that
         command = [sys.executable, "-c", _RUN_CHILD, self.path, self._owner, str(os.getpid())]
         # On the event loop's thread, not a worker's: the child asks to be killed when the
         # thread that started it ends (``sqlchild``), and a worker thread ends when idle. The
         # fork and exec hold the loop for a few milliseconds, once, as the store opens.
-        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: ASYNC220
+        try:
+            child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: ASYNC220
+        except OSError as error:  # no such interpreter, or no new process allowed
+            return self._not_started(error)
         assert child.stdin is not None and child.stdout is not None
         self._child, self._loop = child, loop
         self._out, self._in = child.stdin.fileno(), child.stdout.fileno()
@@ -164,16 +171,20 @@ class SQLiteWriterProcess:
             await self._reap()
             if not isinstance(error, LedgerError | TimeoutError):
                 raise
-            failed = LedgerError(
-                f"the SQLite writer process for {self.path} did not start: {error}; "
-                f"check that {sys.executable} can import bridge_core"
-            )
-            if not self._fall_back:
-                raise failed from error
-            # "auto" (ADR 0187): a Python that cannot start a child of itself (a frozen build,
-            # a sandbox) still gets its ledger, at the thread's throughput
-            _log.warning("%s; the writer thread takes every write instead", failed)
-            self._child = self._loop = self._broken = None
+            self._not_started(error)
+
+    def _not_started(self, error: BaseException) -> None:
+        """The child could not start: ``LedgerError``, or with ``fall_back`` ("auto", ADR 0187)
+        a warning, and every call goes to the thread (a frozen build, a sandbox: the ledger
+        still opens, at the thread's throughput)."""
+        failed = LedgerError(
+            f"the SQLite writer process for {self.path} did not start: {error}; "
+            f"check that {sys.executable} can import bridge_core"
+        )
+        if not self._fall_back:
+            raise failed from error
+        _log.warning("%s; the writer thread takes every write instead", failed)
+        self._child = self._loop = self._broken = None
 
     # ------------------------------------------------------------------ calls
 

@@ -253,14 +253,20 @@ def test_off_asyncio_there_is_no_child_and_the_thread_writes(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("writer", ["auto", "process"])
+@pytest.mark.parametrize("cause", ["child ends before READY", "no interpreter"])
 async def test_a_child_that_cannot_start_leaves_auto_on_the_thread_and_fails_process(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     writer: Literal["auto", "process"],
+    cause: str,
 ) -> None:
-    # a Python that cannot run the child (a frozen build, a sandbox): it ends before READY
-    monkeypatch.setattr(sqlprocess, "_RUN_CHILD", "import sys; sys.exit(3)")
+    # a Python that cannot run the child (a frozen build, a sandbox): it ends before READY, or
+    # sys.executable is no interpreter at all (Popen itself fails)
+    if cause == "no interpreter":
+        monkeypatch.setattr(sqlprocess.sys, "executable", str(tmp_path / "no-such-python"))
+    else:
+        monkeypatch.setattr(sqlprocess, "_RUN_CHILD", "import sys; sys.exit(3)")
     store = SQLiteLedgerStore(tmp_path / "l.sqlite3", writer=writer)
     if writer == "process":
         with pytest.raises(LedgerError, match=r"writer process .* did not start"):
