@@ -201,6 +201,12 @@ by a third from one run to the next; every round is printed."""
 Writer = Literal["thread", "process"]
 
 
+def naming(writer: Writer) -> tuple[str, str]:
+    """A SQLite figure's name suffix and label words for ``writer``: the process's figures keep
+    the names their history has (``…_process``); the thread's labels say it is the thread."""
+    return ("", ", the writer thread") if writer == "thread" else ("_process", "")
+
+
 async def sqlite_round(
     folder: Path, replies: int, in_flight: int, writer: Writer = "thread"
 ) -> tuple[dict[str, float], int]:
@@ -241,7 +247,7 @@ async def bench_sqlite(
     best = best_of_rounds("SQLite", [measured for measured, _ in taken])
     rate, at_turn, floor, merged = best["submit"], best["at_turn"], best["floor"], best["merged"]
     per_commit = ", ".join(str(per) for _, per in taken)
-    suffix, where = ("", ", the writer thread") if writer == "thread" else ("_process", "")
+    suffix, where = naming(writer)
     # the targets are the gateway's default writer's (ADR 0187); the thread's figures stay, as
     # the writer of a store built by hand and of ``--ledger-writer thread``
     target_submit, target_turn = (None, None) if writer == "thread" else (0.6, 0.8)
@@ -300,9 +306,9 @@ async def bench_sqlite_sweep(
             times.append(await sweep_rate(store))
             await store.aclose()
     elapsed, delivered = min(times)
-    suffix, where = ("", "") if writer == "thread" else ("_process", ", a writer process")
+    suffix, where = naming(writer)
     print(
-        f"SQLite{where}  boot sweep over {sweep_rows:,} rows: {elapsed:6.2f} s "
+        f"SQLite{where}: boot sweep over {sweep_rows:,} rows: {elapsed:6.2f} s "
         f"({delivered / elapsed:,.0f} rows/s claimed and delivered; the best of "
         f"{', '.join(f'{t:.2f}' for t, _ in times)} s)"
     )
@@ -313,7 +319,7 @@ async def bench_sqlite_sweep(
             unit="s",
             target=2.0 * sweep_rows / 100_000,
             higher_is_better=False,
-            label=f"SQLite{where} boot sweep over {sweep_rows:,} pending rows "
+            label=f"SQLite{where}: boot sweep over {sweep_rows:,} pending rows "
             "(target: 2 s per 100,000)",
         ),
     ]

@@ -442,14 +442,13 @@ def test_any_stored_value_loads_or_is_replaced_never_raises(raw: bytes) -> None:
     anyio.run(load)
 
 
-async def test_a_held_thread_reply_older_than_the_newest_read_is_still_handed_on() -> None:
-    """``conversations.history`` does not list replies in threads: a held reply is not one the
-    read already had just because the read went past its ts."""
-    kv = MemoryKeyValueStore()
-    positions = await remembered(kv, 1)
-    history, sink = History(), Sink()
+async def held_thread_reply_then_read(history: History, sink: Sink) -> None:
+    """A thread reply (ts 2, in the thread of 1) arrives live and is held while the gap after
+    1 is unread; the gap holds channel message 3, which history lists (it lists no replies).
+    Returns once the sink took two messages."""
+    positions = await remembered(MemoryKeyValueStore(), 1)
     reply = dataclasses.replace(live_message(2), thread=ts_of(1), text="a reply")
-    history.write(3)  # a channel message after the reply, listed
+    history.write(3)
     receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
     receiver.start(positions)
     await receiver.live(reply, sink)  # held: the channel's gap is not read yet
@@ -457,6 +456,13 @@ async def test_a_held_thread_reply_older_than_the_newest_read_is_still_handed_on
         tasks.start_soon(receiver.run, sink, history)
         await sink.count(2)
         tasks.cancel_scope.cancel()
+
+
+async def test_a_held_thread_reply_older_than_the_newest_read_is_still_handed_on() -> None:
+    """``conversations.history`` does not list replies in threads: a held reply is not one the
+    read already had just because the read went past its ts."""
+    history, sink = History(), Sink()
+    await held_thread_reply_then_read(history, sink)
     assert sink.texts == ["m3", "a reply"]
 
 
@@ -467,18 +473,8 @@ async def test_a_held_reply_the_sink_refused_after_the_gap_went_past_it_is_hande
     channel is read again later from past it, and the reply must not count as one that read
     had (no read lists replies)."""
     monkeypatch.setattr(receiver_module, "RETRY_WAIT", 0.05)
-    kv = MemoryKeyValueStore()
-    positions = await remembered(kv, 1)
     history, sink = History(), Sink()
-    reply = dataclasses.replace(live_message(2), thread=ts_of(1), text="a reply")
-    history.write(3)  # a channel message after the reply, listed
     sink.refuse.add("a reply")
-    receiver = Receiver(profile=PROFILE, own_ids=lambda: (None, None))
-    receiver.start(positions)
-    await receiver.live(reply, sink)  # held: the channel's gap is not read yet
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(receiver.run, sink, history)
-        await sink.count(2)
-        tasks.cancel_scope.cancel()
+    await held_thread_reply_then_read(history, sink)
     assert sink.texts == ["m3", "a reply"]
     assert len(history.requests) == 2  # read again after the refusal

@@ -86,6 +86,14 @@ class Runs:
             await steps()
             tasks.cancel_scope.cancel()
 
+    async def live_after_the_second_read(self) -> None:
+        """Once the second read-back of ``CHANNEL`` is asked for, a live message "live after";
+        returns when it is handed on."""
+        fake, sink = self._fake, self._sink
+        await in_thread(lambda: fake.wait_for(2, "conversations.history"))
+        push(fake, say(fake, CHANNEL, "live after"))
+        await sink.until(lambda messages: "live after" in [m.text for m in messages])
+
 
 def history_channels(fake: FakeSlack) -> list[str]:
     return [r.query["channel"] for r in fake.requests_to("conversations.history")]
@@ -176,12 +184,7 @@ async def test_a_held_thread_reply_of_a_channel_not_yet_read_is_handed_on_after_
             fake.history_hold = None
             assert sink.messages == []
 
-            async def then_a_live_one() -> None:
-                await in_thread(lambda: fake.wait_for(2, "conversations.history"))
-                push(fake, say(fake, CHANNEL, "live after"))
-                await sink.until(lambda messages: "live after" in [m.text for m in messages])
-
-            await runs.until_done(then_a_live_one)
+            await runs.until_done(runs.live_after_the_second_read)
     finally:
         if fake.history_hold is not None:
             fake.history_hold.set()
@@ -219,12 +222,7 @@ async def test_a_held_reply_whose_read_went_past_it_before_the_drop_is_handed_on
             fake.history_hold = None
             assert [m.text for m in sink.messages] == ["newer"]
 
-            async def then_a_live_one() -> None:
-                await in_thread(lambda: fake.wait_for(2, "conversations.history"))
-                push(fake, say(fake, CHANNEL, "live after"))
-                await sink.until(lambda messages: "live after" in [m.text for m in messages])
-
-            await runs.until_done(then_a_live_one)
+            await runs.until_done(runs.live_after_the_second_read)
     finally:
         hold.set()
     assert sink.texts(CHANNEL) == ["newer", "a reply", "live after"]
