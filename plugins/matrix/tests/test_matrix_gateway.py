@@ -115,7 +115,10 @@ def test_sigkill_mid_delivery_loses_and_duplicates_nothing(
             ledger=str(tmp_path / "bridge.sqlite3"),
             budget="{ burst = 3, per_second = 4.0 }",
         )
-        gateway = GatewayProcess(config, tmp_path, token=bot.access_token)
+        # One gateway: no group to settle into, so no settle delay (as the core's e2e runs).
+        gateway = GatewayProcess(
+            config, tmp_path, token=bot.access_token, args=["--settle", "0", "--heartbeat", "0.2"]
+        )
         gateways.append(gateway)
         for run in range(kills):
             gateway.start().wait_until_receiving()
