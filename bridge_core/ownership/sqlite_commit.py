@@ -104,6 +104,10 @@ class LogTx:
         self._last = max(self._clock(), self._last)
         return self._last
 
+    def wall(self) -> float:
+        """The log's wall clock now (not held monotonic: ``now`` is)."""
+        return self._clock()
+
     def rolled_back(self) -> None:
         """A write of this transaction was rolled back (to its savepoint): what it inserted,
         and the seqs it took, are gone."""

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import lru_cache
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -39,6 +38,14 @@ from bridge_core.ownership.log import (
 from bridge_core.ownership.loop_native import LoopEvent, LoopNative, loop_native
 from bridge_core.ownership.read_cache import ReadCache
 from bridge_core.ownership.sqlite_commit import LogTx, LogWriter
+from bridge_core.ownership.sqlite_ops import (
+    Admission,
+    Answer,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    Reap,
+)
 from bridge_core.provider import InboundMessage
 
 __all__ = ["SCHEMA", "SqliteConversationLog"]
@@ -92,21 +99,6 @@ _COLUMNS = (
     "answers_seq, member, obligation, since, reason"
 )
 _PRUNE_EVERY = 1000
-_IDS_PER_STATEMENT = 500  # well under SQLite's 32,766 variables
-_TURN_COLUMNS = ("conversation", "message_id", "author", "body", "thread")
-_FRAME_COLUMNS = ("conversation", "answers_seq", "member", "obligation")
-
-
-@lru_cache(maxsize=16)
-def _seen_sql(ids: int) -> str:
-    """Record ``ids`` message ids as seen (channel ``?1``, time ``?2``); an id seen before is
-    left as it is (the statement's row count tells how many were new)."""
-    values = ", ".join(f"(?1, ?{3 + i}, ?2)" for i in range(ids))
-    return f"INSERT OR IGNORE INTO log_seen (channel, message_id, seen_at) VALUES {values}"
-
-
-class _SeenBefore(Exception):
-    """A merged run of admissions met an id seen before (see ``_Admission.many``)."""
 
 
 def _record(row: tuple[Any, ...]) -> LogRecord:
@@ -119,104 +111,6 @@ def _record(row: tuple[Any, ...]) -> LogRecord:
     if kind == "join":
         return Join(channel, seq, at, member, since)
     return Leave(channel, seq, at, member, LeaveReason(reason))
-
-
-class _Admission:
-    """One admission: the dedup check of ``log_seen`` and the append of its turn, in the same
-    transaction; concurrent admissions of one commit run together (``many``), in its order."""
-
-    __slots__ = ("conversation", "log", "message", "prune")
-
-    def __init__(
-        self, log: SqliteConversationLog, message: InboundMessage, conversation: str, prune: bool
-    ) -> None:
-        self.log = log
-        self.message = message
-        self.conversation = conversation
-        self.prune = prune  # prune old ids and records first (every ``prune_every`` admissions)
-
-    def __call__(self, tx: LogTx) -> Turn | None:
-        return self.many(tx, [self])[0]
-
-    @staticmethod
-    def many(tx: LogTx, ops: Sequence[_Admission]) -> list[Turn | None]:
-        """Admit each of ``ops`` in order: a message id already seen, in the log or earlier in
-        ``ops``, gives ``None``; every other gets its turn. Three statements for the lot (the
-        check and record of the ids, the turns, the counters).
-
-        A run that meets an id the log has seen raises ``_SeenBefore``: the batch is then
-        committed the careful way, one admission at a time, where a single id's row count
-        says whether it is new (replays are rare; a merged batch of fresh ids is the rule).
-        """
-        log, conn, channel = ops[0].log, tx.conn, tx.channel
-        now = tx.now()
-        if any(op.prune for op in ops):
-            conn.execute("DELETE FROM log_seen WHERE seen_at < ?", (now - log.seen_ttl,))
-            conn.execute(
-                "DELETE FROM log_records WHERE channel = ? AND inserted_at < ?",
-                (channel, now - log.retention),
-            )
-            tx.pruned = True
-        ids = [op.message.message_id for op in ops]
-        # the dedup check and the record of the ids in one statement: under the write lock
-        # nobody else inserts, so the ids are all new exactly when it inserted one row for
-        # each distinct id (a repeat in ``ops`` conflicts with its first sighting)
-        inserted = 0
-        for start in range(0, len(ids), _IDS_PER_STATEMENT):
-            asked = ids[start : start + _IDS_PER_STATEMENT]
-            inserted += conn.execute(_seen_sql(len(asked)), (channel, now, *asked)).rowcount
-        if inserted == 0 and len(ops) == 1:
-            return [None]
-        if inserted != len(set(ids)):
-            # some id was seen before: which one is told admission by admission, on the
-            # careful path (one savepoint each), where this batch is sent again
-            raise _SeenBefore
-        out: list[Turn | None] = [None] * len(ops)
-        fresh: list[int] = []  # indexes into ops of the first sighting of each id
-        rows: list[tuple[Any, ...]] = []
-        taken: set[str] = set()
-        for index, op in enumerate(ops):
-            message = op.message
-            if message.message_id not in taken:
-                taken.add(message.message_id)
-                fresh.append(index)
-                rows.append(
-                    (op.conversation, message.message_id, message.author, message.text,
-                     message.thread)
-                )  # fmt: skip
-        stamped = tx.insert_many("turn", _TURN_COLUMNS, rows)
-        created = tx.created
-        for index, (seq, at), row in zip(fresh, stamped, rows, strict=True):
-            turn = Turn(channel, row[0], seq, at, row[1], row[2], row[3], row[4])
-            out[index] = turn
-            created.append(turn)
-        tx.count("admitted", len(rows))
-        return out
-
-
-class _Answer:
-    """One frame (a member's answer to a turn); concurrent frames of one commit are appended
-    together (``many``), in its order."""
-
-    __slots__ = ("member", "obligation", "turn")
-
-    def __init__(self, turn: Turn, member: str, obligation: str) -> None:
-        self.turn = turn
-        self.member = member
-        self.obligation = obligation
-
-    def __call__(self, tx: LogTx) -> Frame:
-        return self.many(tx, [self])[0]
-
-    @staticmethod
-    def many(tx: LogTx, ops: Sequence[_Answer]) -> list[Frame]:
-        rows = [(op.turn.conversation, op.turn.seq, op.member, op.obligation) for op in ops]
-        out = []
-        for row, (seq, at) in zip(rows, tx.insert_many("frame", _FRAME_COLUMNS, rows), strict=True):
-            out.append(Frame(tx.channel, row[0], seq, at, row[1], row[2], row[3]))
-        tx.created += out
-        tx.count("answered", len(out))
-        return out
 
 
 class SqliteConversationLog:
@@ -339,74 +233,32 @@ class SqliteConversationLog:
             message.channel, thread=message.thread, author=message.author
         )
         self._admits += 1
-        prune = self._admits % self.prune_every == 0
-        return await self._submit(_Admission(self, message, conversation, prune))
+        admission = Admission(
+            message_id=message.message_id,
+            author=message.author,
+            text=message.text,
+            thread=message.thread,
+            conversation=conversation,
+            prune=self._admits % self.prune_every == 0,
+            seen_ttl=self.seen_ttl,
+            retention=self.retention,
+        )
+        return await self._submit(admission)
 
     async def record_frame(self, turn: Turn, member: str, obligation: str) -> Frame:
-        return await self._submit(_Answer(turn, member, obligation))
+        return await self._submit(Answer(turn, member, obligation))
 
     async def join(self, member: str, *, settle: float) -> JoinResult:
-        def op(tx: LogTx) -> JoinResult:
-            before = dict(
-                tx.conn.execute(
-                    "SELECT member, since FROM log_members WHERE channel = ?", (self.channel,)
-                ).fetchall()
-            )
-            at = tx.now()
-            seq, _ = tx.insert("join", at=at, member=member, since=at + settle)
-            tx.conn.execute(
-                "INSERT OR REPLACE INTO log_members (channel, member, since, beat_at) "
-                "VALUES (?, ?, ?, ?)",
-                (self.channel, member, at + settle, at),
-            )
-            join = Join(self.channel, seq, at, member, at + settle)
-            tx.created.append(join)
-            return JoinResult(join, before)
-
-        return await self._submit(op)
-
-    @staticmethod
-    def _remove(tx: LogTx, member: str, since: float, reason: LeaveReason) -> Leave:
-        tx.conn.execute(
-            "DELETE FROM log_members WHERE channel = ? AND member = ?", (tx.channel, member)
-        )
-        seq, at = tx.insert("leave", member=member, since=since, reason=reason.value)
-        leave = Leave(tx.channel, seq, at, member, reason)
-        tx.created.append(leave)
-        return leave
+        return await self._submit(JoinGroup(member, settle))
 
     async def leave(self, member: str) -> Leave | None:
-        def op(tx: LogTx) -> Leave | None:
-            row = tx.conn.execute(
-                "SELECT since FROM log_members WHERE channel = ? AND member = ?",
-                (self.channel, member),
-            ).fetchone()
-            if row is None:
-                return None
-            return self._remove(tx, member, row[0], LeaveReason.GRACEFUL)
-
-        return await self._submit(op)
+        return await self._submit(LeaveGroup(member))
 
     async def heartbeat(self, member: str) -> bool:
-        def op(tx: LogTx) -> bool:
-            cursor = tx.conn.execute(
-                "UPDATE log_members SET beat_at = ? WHERE channel = ? AND member = ?",
-                (self._clock(), self.channel, member),
-            )
-            return cursor.rowcount == 1
-
-        return await self._submit(op)
+        return await self._submit(Heartbeat(member))
 
     async def reap(self, *, expiry: float) -> list[Leave]:
-        def op(tx: LogTx) -> list[Leave]:
-            rows = tx.conn.execute(
-                "SELECT member, since FROM log_members WHERE channel = ? AND beat_at < ? "
-                "ORDER BY member",
-                (self.channel, self._clock() - expiry),
-            ).fetchall()
-            return [self._remove(tx, m, since, LeaveReason.EXPIRED) for m, since in rows]
-
-        return await self._submit(op)
+        return await self._submit(Reap(expiry))
 
     # ------------------------------------------------------------------ reads
 
