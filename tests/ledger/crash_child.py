@@ -319,7 +319,8 @@ async def drain(ledger: DeliveryLedger) -> int:
         await anyio.sleep(0.05)
 
 
-if __name__ == "__main__":
+def cli(argv: list[str]) -> int:
+    """Parse ``argv`` (the arguments after the script's name) and run; the exit code."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--out", required=True)
@@ -337,4 +338,13 @@ if __name__ == "__main__":
     parser.add_argument("--skew", type=float, default=0.0, help="run time.time this far behind")
     parser.add_argument("--sweep", type=float, default=0.0, help="the periodic sweep's interval")
     parser.add_argument("--sqlite-writer", choices=("thread", "process"), default="thread")
-    sys.exit(anyio.run(main, parser.parse_args()))
+    args = parser.parse_args(argv)
+    if args.skew and time.time is REAL_TIME:
+        # forked from crash_zygote.py, whose imports read the true clock: --skew needs a fresh
+        # interpreter (crash_harness.start_child starts one for it)
+        parser.error("--skew must be on the command line of a fresh interpreter")
+    return anyio.run(main, args)
+
+
+if __name__ == "__main__":
+    sys.exit(cli(sys.argv[1:]))

@@ -38,9 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import crash_zygote
+
 from bridge_core.testing.processes import children_of, wait_ended
 
 CHILD = Path(__file__).with_name("crash_child.py")
+Child = subprocess.Popen[bytes] | crash_zygote.ForkedChild
 MAX_RESENDS = 3
 
 
@@ -98,30 +101,32 @@ class Report:
 
 def start_child(
     ledger: str, out: Path, phase: Path, *, mode: str, first: int = 0, extra: tuple[str, ...] = ()
-) -> subprocess.Popen[bytes]:
+) -> Child:
+    """A child serving (or draining) ``ledger``: forked from the pre-imported zygote
+    (``crash_zygote.py``), or with ``--skew`` a fresh interpreter, whose clock must be shifted
+    before anything is imported."""
     phase.write_text("")
+    argv = [
+        "--ledger",
+        ledger,
+        "--out",
+        str(out),
+        "--phase",
+        str(phase),
+        "--mode",
+        mode,
+        "--first",
+        str(first),
+        *extra,
+    ]
+    if "--skew" not in extra:
+        return crash_zygote.spawn(argv, phase.with_suffix(".err"))
     return subprocess.Popen(
-        [
-            sys.executable,
-            str(CHILD),
-            "--ledger",
-            ledger,
-            "--out",
-            str(out),
-            "--phase",
-            str(phase),
-            "--mode",
-            mode,
-            "--first",
-            str(first),
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        [sys.executable, str(CHILD), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
 
 
-def wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeout: float) -> bool:
+def wait_phase(child: Child, phase: Path, wanted: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -135,7 +140,7 @@ def wait_phase(child: subprocess.Popen[bytes], phase: Path, wanted: str, timeout
     return False
 
 
-def sigkill(child: subprocess.Popen[bytes]) -> None:
+def sigkill(child: Child) -> None:
     """Kill ``child`` and wait until it and its writer process (``--sqlite-writer process``)
     have ended: the writer is killed with it (``PR_SET_PDEATHSIG``) but ends a moment later,
     and a commit it was in, cut off before SQLite's shared index saw it, is visible only once

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from crash_harness import (
+    Child,
     Kill,
     Report,
     check,
@@ -52,7 +52,7 @@ def postgres_ports(pid: int, server_port: int) -> set[int]:
     return ports
 
 
-def sigkill_settled(child: subprocess.Popen[bytes], url: str, *, timeout: float = 60.0) -> float:
+def sigkill_settled(child: Child, url: str, *, timeout: float = 60.0) -> float:
     """SIGKILL ``child``, then wait until PostgreSQL has ended every backend of its
     connections; returns the time of death (``time.time()`` just after the kill).
 
@@ -386,7 +386,7 @@ def _open_rows_of(conn: Any, table: str, pid: int) -> set[str]:
 def _record_final_kills(
     url: str,
     table: str,
-    children: list[subprocess.Popen[bytes]],
+    children: list[Child],
     deaths: dict[int, float],
     report: Report,
 ) -> None:
