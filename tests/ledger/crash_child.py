@@ -16,7 +16,8 @@ difference: their resends after a kill are then labelled).
 ``--sender RATE``: the replies go through the shipped ``ChannelSender`` on a budget of RATE sends
 a second (burst 1), exactly as the gateway sends them (``Post(text, begin=delivery.begin)``), to a
 provider that appends to the file; the ledger claims at the turn. The sender's own handling of the
-scripted errors applies (it waits out a rate limit itself); a scripted ``Unreachable`` is sent as
+scripted errors applies (it waits out a rate limit itself, and backs off after a transport error,
+20 times shorter than in production: ``QuickBackoffSender``); a scripted ``Unreachable`` is sent as
 ``MessageRejected`` there, which ends that reply alone rather than the whole channel.
 
 ``--skew SECONDS``: this process's wall clock (``time.time``) runs that far behind, as a host's
@@ -159,6 +160,19 @@ class AppendingPlatform:
         return MessageRef(delivery.channel, f"{self.pid}-{self.count}", delivery.thread)
 
 
+BACKOFF_SCALE = 0.05
+
+
+class QuickBackoffSender(ChannelSender):
+    """The shipped sender, its back-off after a transport error (1-2 s at first, the product's
+    ``BACKOFF_MIN``, not configurable) 20 times shorter: the scripted 503s would otherwise hold
+    the lane some 1.5 s each, most of this test's time, and the length of the pause is not what
+    it checks (a reply is claimed only when its slot comes, pause or not)."""
+
+    def _backoff(self) -> float:
+        return super()._backoff() * BACKOFF_SCALE
+
+
 class SenderPlatform(ChatProvider):
     """The file platform behind a real ``ChannelSender``: each post is matched to its delivery by
     its text (a process never sends one reply twice at once), so the scripted answers apply."""
@@ -168,7 +182,7 @@ class SenderPlatform(ChatProvider):
 
     def __init__(self, platform: AppendingPlatform, rate: float) -> None:
         self.platform = platform
-        self.sender = ChannelSender(
+        self.sender = QuickBackoffSender(
             self, channel="C1", budget=SendBudget(burst=1, per_second=rate, edit_spacing=0.0)
         )
         self.waiting: dict[str, Delivery] = {}
