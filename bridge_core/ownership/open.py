@@ -6,7 +6,6 @@ from pathlib import Path
 
 from bridge_core.ownership.log import DEFAULT_SEEN_TTL, ConversationLog
 from bridge_core.ownership.memory_log import MemoryConversationLog, MemoryLogStore
-from bridge_core.ownership.sqlite_log_process import LogWriterChoice
 
 __all__ = ["open_conversation_log"]
 
@@ -18,14 +17,12 @@ async def open_conversation_log(
     seen_ttl: float = DEFAULT_SEEN_TTL,
     key_prefix: str = "bridge",
     max_len: int = 1_000_000,
-    writer: LogWriterChoice = "thread",
 ) -> ConversationLog:
     """Open ``channel``'s log: a SQLite path (or ``sqlite:///path``), ``redis://…`` or
     ``memory://`` (a fresh in-process store).
 
     ``seen_ttl`` is how long admitted message ids are remembered for dedup. For Redis,
-    ``key_prefix`` namespaces the keys and ``max_len`` caps the stream (approximately). For
-    SQLite, ``writer`` says where the commits run (``SqliteConversationLog.open``, ADR 0189).
+    ``key_prefix`` namespaces the keys and ``max_len`` caps the stream (approximately).
     """
     text = str(target)
     if text.startswith(("redis://", "rediss://", "unix://")):
@@ -44,4 +41,4 @@ async def open_conversation_log(
     from bridge_core.ownership.sqlite_log import SqliteConversationLog
 
     path = text.removeprefix("sqlite://") if text.startswith("sqlite://") else text
-    return await SqliteConversationLog.open(path, channel=channel, seen_ttl=seen_ttl, writer=writer)
+    return await SqliteConversationLog.open(path, channel=channel, seen_ttl=seen_ttl)

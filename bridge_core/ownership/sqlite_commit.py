@@ -29,7 +29,7 @@ from bridge_core.conversation import LogRecord
 from bridge_core.ownership.log import LogUnavailable
 from bridge_core.ownership.loop_native import LoopEvent
 
-__all__ = ["LogTx", "LogWriter", "Mergeable", "Write", "commit_writes"]
+__all__ = ["LogTx", "LogWriter", "Mergeable"]
 
 T = TypeVar("T")
 
@@ -182,9 +182,7 @@ class LogTx:
 
 
 @dataclass(eq=False, slots=True)
-class Write:
-    """One queued write: its op, who waits for it, and once committed its result or error."""
-
+class _Write:
     op: Callable[[LogTx], Any]
     # asyncio: the caller's own future, resolved on the loop with the result (ADR 0178); its
     # own, not one shared by the group, so cancelling one caller cancels nobody else's wait
@@ -204,7 +202,7 @@ class _Group:
     # trio: the callers share the loop's own event, set once the commit is known (asyncio:
     # each write's waiter instead)
     done: LoopEvent | None
-    writes: list[Write] = field(default_factory=list)
+    writes: list[_Write] = field(default_factory=list)
 
 
 _STOP = object()
@@ -237,7 +235,7 @@ def _resolve(groups: list[_Group]) -> None:
                 waiter.set_exception(write.error)
 
 
-def _run_merged(tx: LogTx, batch: list[Write]) -> None:
+def _run_merged(tx: LogTx, batch: list[_Write]) -> None:
     """Run ``batch`` in order; a run of neighbouring writes of one kind that has ``many`` (a
     ``Mergeable``) goes to it at once, in a few multi-row statements instead of a few each."""
     index = 0
@@ -316,13 +314,13 @@ class LogWriter:
         except RuntimeError:
             return self._submit_trio(op)
         waiter: asyncio.Future[T] = loop.create_future()
-        self._gathered(loop).writes.append(Write(op, waiter))
+        self._gathered(loop).writes.append(_Write(op, waiter))
         return waiter
 
     async def _submit_trio(self, op: Callable[[LogTx], T]) -> T:
         native = anyio.lowlevel.current_token().native_token
         group = self._gathered(native)
-        write = Write(op)
+        write = _Write(op)
         group.writes.append(write)
         assert group.done is not None  # a trio group's callers share its event
         await group.done.wait()
@@ -429,66 +427,50 @@ class LogWriter:
             except RuntimeError:
                 pass  # that event loop has ended
 
-    def _commit(self, batch: list[Write]) -> LogTx | None:
-        tx = commit_writes(
-            self._conn, self.channel, self._clock, batch, committing=self._wake_deferred
-        )
-        if tx is not None:
+    def _commit(self, batch: list[_Write]) -> LogTx | None:
+        """Commit ``batch`` in one transaction; returns the transaction's account, or ``None``
+        when the commit itself failed (every write then fails with ``LogUnavailable``)."""
+        conn = self._conn
+        tx = LogTx(conn, self.channel, self._clock)
+        tx.defer_counts = True
+        try:
+            # fast path: no savepoints; an op that fails sends the batch the careful way
+            conn.execute("BEGIN IMMEDIATE")
+            _run_merged(tx, batch)
+            tx.flush_counts()
+            self._wake_deferred()  # the readers fold while COMMIT syncs the file
+            conn.execute("COMMIT")
             self.commits += 1
-        return tx
+            return tx
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return self._commit_carefully(batch)
 
-
-def commit_writes(
-    conn: sqlite3.Connection,
-    channel: str,
-    clock: Callable[[], float],
-    batch: list[Write],
-    *,
-    committing: Callable[[], None],
-) -> LogTx | None:
-    """Commit ``batch`` (each write's ``result`` or ``error`` set) in one transaction; returns
-    the transaction's account, or ``None`` when the commit itself failed (every write then
-    fails with ``LogUnavailable``). ``committing`` runs just before the ``COMMIT``."""
-    tx = LogTx(conn, channel, clock)
-    tx.defer_counts = True
-    try:
-        # fast path: no savepoints; an op that fails sends the batch the careful way
-        conn.execute("BEGIN IMMEDIATE")
-        _run_merged(tx, batch)
-        tx.flush_counts()
-        committing()  # the thread's readers fold while COMMIT syncs the file
-        conn.execute("COMMIT")
-        return tx
-    except Exception:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-    return _commit_carefully(conn, channel, clock, batch)
-
-
-def _commit_carefully(
-    conn: sqlite3.Connection, channel: str, clock: Callable[[], float], batch: list[Write]
-) -> LogTx | None:
-    """One savepoint per write, so a failing write does not undo the others."""
-    tx = LogTx(conn, channel, clock)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        for index, item in enumerate(batch):
-            conn.execute(f"SAVEPOINT w{index}")
-            created = len(tx.created)
-            try:
-                item.result = item.op(tx)
-            except Exception as error:
-                conn.execute(f"ROLLBACK TO w{index}")
-                tx.rolled_back()
-                del tx.created[created:]
-                item.error = error
-            conn.execute(f"RELEASE w{index}")
-        conn.execute("COMMIT")
-        return tx
-    except sqlite3.Error as error:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        failure = LogUnavailable(f"conversation log commit failed: {error}")
-        for item in batch:
-            item.result, item.error = None, failure
-        return None
+    def _commit_carefully(self, batch: list[_Write]) -> LogTx | None:
+        """One savepoint per write, so a failing write does not undo the others."""
+        conn = self._conn
+        tx = LogTx(conn, self.channel, self._clock)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for index, item in enumerate(batch):
+                conn.execute(f"SAVEPOINT w{index}")
+                created = len(tx.created)
+                try:
+                    item.result = item.op(tx)
+                except Exception as error:
+                    conn.execute(f"ROLLBACK TO w{index}")
+                    tx.rolled_back()
+                    del tx.created[created:]
+                    item.error = error
+                conn.execute(f"RELEASE w{index}")
+            conn.execute("COMMIT")
+            self.commits += 1
+            return tx
+        except sqlite3.Error as error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            failure = LogUnavailable(f"conversation log commit failed: {error}")
+            for item in batch:
+                item.result, item.error = None, failure
+            return None

@@ -38,7 +38,6 @@ from bridge_core.ownership.log import (
 from bridge_core.ownership.loop_native import LoopEvent, LoopNative, loop_native
 from bridge_core.ownership.read_cache import ReadCache
 from bridge_core.ownership.sqlite_commit import LogTx, LogWriter
-from bridge_core.ownership.sqlite_log_process import Committed, LogWriterChoice, LogWriterProcess
 from bridge_core.ownership.sqlite_ops import (
     Admission,
     Answer,
@@ -47,13 +46,53 @@ from bridge_core.ownership.sqlite_ops import (
     LeaveGroup,
     Reap,
 )
-from bridge_core.ownership.sqlite_schema import SCHEMA, open_writer
 from bridge_core.provider import InboundMessage
 
 __all__ = ["SCHEMA", "SqliteConversationLog"]
 
 T = TypeVar("T")
 
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS log_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    channel TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    inserted_at REAL NOT NULL,
+    conversation TEXT,
+    message_id TEXT,
+    author TEXT,
+    body TEXT,
+    thread TEXT,
+    answers_seq INTEGER,
+    member TEXT,
+    obligation TEXT,
+    since REAL,
+    reason TEXT
+);
+CREATE INDEX IF NOT EXISTS log_records_channel ON log_records (channel, seq);
+CREATE INDEX IF NOT EXISTS log_records_time ON log_records (channel, inserted_at);
+CREATE INDEX IF NOT EXISTS log_records_conversation
+    ON log_records (channel, conversation, seq) WHERE conversation IS NOT NULL;
+CREATE TABLE IF NOT EXISTS log_seen (
+    channel TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    seen_at REAL NOT NULL,
+    PRIMARY KEY (channel, message_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS log_seen_time ON log_seen (seen_at);
+CREATE TABLE IF NOT EXISTS log_members (
+    channel TEXT NOT NULL,
+    member TEXT NOT NULL,
+    since REAL NOT NULL,
+    beat_at REAL NOT NULL,
+    PRIMARY KEY (channel, member)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_counters (
+    channel TEXT PRIMARY KEY,
+    admitted INTEGER NOT NULL DEFAULT 0,
+    answered INTEGER NOT NULL DEFAULT 0
+);
+"""
 
 _COLUMNS = (
     "seq, channel, kind, inserted_at, conversation, message_id, author, body, thread, "
@@ -107,7 +146,6 @@ class SqliteConversationLog:
         # ... and fold the records once for all of them (ADR 0146)
         self.fold_shares = FoldShares()
         self.db_reads = 0
-        self._process: LogWriterProcess | None = None  # ADR 0189, once started
         self._writer = LogWriter(
             writer,
             channel=channel,
@@ -124,91 +162,52 @@ class SqliteConversationLog:
         channel: str,
         seen_ttl: float = DEFAULT_SEEN_TTL,
         retention: float = DEFAULT_RETENTION,
-        clock: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.time,
         poll_interval: float = 0.05,
-        writer: LogWriterChoice = "thread",
     ) -> SqliteConversationLog:
         """Open (creating the tables if needed) ``channel``'s log in the SQLite file ``path``.
 
         Admitted message ids are kept ``seen_ttl`` seconds, turns and frames ``retention``
-        seconds (both pruned every 1000 admissions); ``clock`` is the writer's wall clock
-        (``time.time`` when not given).
-
-        ``writer``: where the commits run (ADR 0189): this handle's thread, a process of its
-        own (``"process"``: ``LogUnavailable`` if it cannot start), or ``"auto"`` (the process,
-        else the thread, with a warning). The process writes with the system's wall clock, so
-        it takes no ``clock``.
+        seconds (both pruned every 1000 admissions); ``clock`` is the writer's wall clock.
         """
-        if writer not in ("auto", "thread", "process"):
-            raise ValueError(f"writer must be 'auto', 'thread' or 'process', not {writer!r}")
-        if writer != "thread" and clock is not None:
-            raise ValueError(
-                f"writer={writer!r} writes with the system's wall clock: pass no clock, "
-                "or writer='thread' with a clock of your own"
-            )
 
         def connect() -> tuple[sqlite3.Connection, sqlite3.Connection]:
-            ours = open_writer(path)
+            writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            writer.execute("PRAGMA busy_timeout = 10000")
+            writer.execute("PRAGMA journal_mode = WAL")
+            writer.execute("PRAGMA synchronous = FULL")
+            writer.executescript(SCHEMA)
             reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             reader.execute("PRAGMA busy_timeout = 10000")
-            return ours, reader
+            return writer, reader
 
         try:
-            connections = await anyio.to_thread.run_sync(connect)
+            writer, reader = await anyio.to_thread.run_sync(connect)
         except sqlite3.Error as error:
             raise LogUnavailable(
                 f"cannot open the conversation log in SQLite file {path!r}: {error}"
             ) from error
-        log = cls(
-            connections[0],
-            connections[1],
+        return cls(
+            writer,
+            reader,
             channel=channel,
             seen_ttl=seen_ttl,
             retention=retention,
-            clock=time.time if clock is None else clock,
+            clock=clock,
             poll_interval=poll_interval,
         )
-        if writer != "thread":
-            await log._start_process(path, fall_back=writer == "auto")
-        return log
-
-    async def _start_process(self, path: str, *, fall_back: bool) -> None:
-        process = LogWriterProcess(
-            path,
-            channel=self.channel,
-            on_commit=self._committed,
-            after_wake=self._wake_readers,
-            fall_back=fall_back,
-        )
-        try:
-            await process.start()
-        except BaseException:
-            await self.aclose()
-            raise
-        if process.pid is not None:
-            self._process = process
 
     # ------------------------------------------------------------------ group commit
 
     @property
     def commits(self) -> int:
-        """Transactions committed by this handle's writers."""
-        process = self._process
-        return self._writer.commits + (0 if process is None else process.commits)
-
-    @property
-    def writer_pid(self) -> int | None:
-        """The process id of this handle's writer process, if it has one running."""
-        return None if self._process is None else self._process.pid
+        """Transactions committed by this handle's writer."""
+        return self._writer.commits
 
     def _submit(self, op: Callable[[LogTx], T]) -> Awaitable[T]:
-        if self._process is not None:
-            waiter = self._process.submit(op)
-            if waiter is not None:
-                return waiter
         return self._writer.submit(op)
 
-    def _committed(self, tx: LogTx | Committed | None, now: float) -> None:
+    def _committed(self, tx: LogTx | None, now: float) -> None:
         if tx is not None and tx.pruned:
             self._cache.reset()  # it may hold pruned records
         if tx is not None and tx.loaded:
@@ -373,7 +372,5 @@ class SqliteConversationLog:
         return await self._read(query)
 
     async def aclose(self) -> None:
-        if self._process is not None:
-            await self._process.aclose()  # what is queued is committed first
-        await self._writer.aclose()
+        await self._writer.aclose()  # what is queued is committed first
         await anyio.to_thread.run_sync(self._reader.close, limiter=self._read_lock)

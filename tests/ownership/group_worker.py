@@ -45,13 +45,8 @@ def main(config: dict[str, Any]) -> None:
 
     async def run() -> None:
         log = await open_conversation_log(
-            config["url"],
-            channel=config["channel"],
-            key_prefix=config["prefix"],
-            writer=config.get("writer", "thread"),
+            config["url"], channel=config["channel"], key_prefix=config["prefix"]
         )
-        if getattr(log, "writer_pid", None) is not None:
-            write(f"writer {log.writer_pid}")  # type: ignore[attr-defined]
         member: AgentGroupMember
 
         async def on_turn(turn: Turn, history: Sequence[Turn | Frame]) -> None:

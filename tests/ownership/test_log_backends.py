@@ -25,7 +25,7 @@ def anyio_backend() -> str:
     return "asyncio"  # real I/O: redis.asyncio needs asyncio; timing here is real and short
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-process", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 async def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Factory]:
     """A factory of handles on one fresh channel log (several handles = several gateways)."""
     handles: list[ConversationLog] = []
@@ -38,12 +38,11 @@ async def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         log: ConversationLog
         if request.param == "memory":
             log = MemoryConversationLog(store, channel=channel)
-        elif request.param.startswith("sqlite"):
+        elif request.param == "sqlite":
             from bridge_core.ownership.sqlite_log import SqliteConversationLog
 
-            writer = "process" if request.param == "sqlite-process" else "thread"
             log = await SqliteConversationLog.open(
-                str(tmp_path / "bridge.db"), channel=channel, poll_interval=0.02, writer=writer
+                str(tmp_path / "bridge.db"), channel=channel, poll_interval=0.02
             )
         else:
             from bridge_core.ownership.redis_log import RedisConversationLog
