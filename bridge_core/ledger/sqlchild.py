@@ -25,15 +25,17 @@ it); elsewhere a killed gateway's child ends at the end of its input, after its 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import select
 import signal
 import sqlite3
-from collections.abc import Callable
+import struct
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from bridge_core.child_pipe import die_with_the_parent, send, take_frames
 from bridge_core.ledger.liveness import Liveness
 from bridge_core.ledger.owner import current_owner
 from bridge_core.ledger.sqlmerged import (
@@ -50,16 +52,20 @@ __all__ = [
     "COMMITTING",
     "DONE",
     "FAILED",
+    "HEADER",
     "KINDS",
     "READY",
     "WANTS_BEGUN",
     "WANTS_COMMITTING",
     "main",
+    "take_frames",
 ]
 
+HEADER = struct.Struct("<I")
 READY, FAILED, BEGUN, COMMITTING, DONE = range(5)
 WANTS_BEGUN, WANTS_COMMITTING = 1, 2  # a call's ``wants``
 KINDS = ("records", "claims", "held", "delivered")
+_PR_SET_PDEATHSIG = 1  # prctl's option (linux/prctl.h)
 _MAX_BATCH = 1000  # calls a transaction, as the writer thread's ``max_batch``
 
 
@@ -78,6 +84,25 @@ class _ChildCall:
         self.wants = 0
         self.result: Any = None
         self.error: BaseException | None = None
+
+
+def take_frames(pending: bytearray) -> Iterator[Any]:
+    """Each whole frame at the start of ``pending``, unpickled, taken out of it as it goes; a
+    frame not yet whole stays for the next read."""
+    while len(pending) >= HEADER.size:
+        (size,) = HEADER.unpack_from(pending)
+        if len(pending) < HEADER.size + size:
+            return
+        frame = pickle.loads(pending[HEADER.size : HEADER.size + size])
+        del pending[: HEADER.size + size]
+        yield frame
+
+
+def _send(message: tuple[Any, ...]) -> None:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(HEADER.pack(len(body)) + body)
+    while view:
+        view = view[os.write(1, view) :]
 
 
 def _outcome(call: _ChildCall) -> tuple[Any, Any]:
@@ -124,14 +149,14 @@ class _Child:
         for call in calls:
             wanted |= call.wants
         if wanted & WANTS_BEGUN:
-            send((BEGUN, len(calls)))
+            _send((BEGUN, len(calls)))
 
         def committing(_: list[_ChildCall]) -> None:
             if wanted & WANTS_COMMITTING:
-                send((COMMITTING, len(calls)))
+                _send((COMMITTING, len(calls)))
 
         commit_batch(self.conn, calls, set_level=self.set_level, committing=committing)
-        send((DONE, len(calls), [_outcome(call) for call in calls], self.level == "FULL"))
+        _send((DONE, len(calls), [_outcome(call) for call in calls], self.level == "FULL"))
 
     def serve(self) -> None:
         pending = bytearray()
@@ -156,6 +181,23 @@ class _Child:
         self.conn.close()
 
 
+def _die_with_the_parent(parent: int) -> None:
+    """Ask Linux to kill this process when the thread that started it ends: the store starts
+    it from the event loop's thread, so a killed gateway takes its writer with it, as it takes
+    its writer thread, instead of leaving a batch to commit after the kill (a claim committed
+    then is a reply labelled as a possible duplicate though never sent). Elsewhere, or if
+    refused, the end of the input still ends the child, after its batch."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the request was made
+        os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     path, owner, parent = argv
     # Ctrl-C reaches the terminal's whole process group, and a service manager's stop
@@ -163,13 +205,13 @@ def main(argv: list[str]) -> int:
     # gracefully, and needs its writer until it has. The child ends with its input instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    die_with_the_parent(int(parent))
+    _die_with_the_parent(int(parent))
     try:
         child = _Child(path, owner)
     except Exception as error:
-        send((FAILED, f"{type(error).__name__}: {error}"))
+        _send((FAILED, f"{type(error).__name__}: {error}"))
         return 1
-    send((READY,))
+    _send((READY,))
     try:
         child.serve()
     except BrokenPipeError:  # the parent is gone: nobody waits for an answer

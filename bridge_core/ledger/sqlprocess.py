@@ -38,15 +38,19 @@ from typing import Any, TypeVar
 
 import anyio
 
-from bridge_core.child_pipe import HEADER, PIPE_SIZE, spawn, take_frames
+if sys.platform != "win32":  # the child's pipes are POSIX pipes (``start``)
+    import fcntl
+
 from bridge_core.ledger.model import LedgerError, LedgerWriter
 from bridge_core.ledger.sqlchild import (
     BEGUN,
     COMMITTING,
     DONE,
     FAILED,
+    HEADER,
     KINDS,
     READY,
+    take_frames,
 )
 from bridge_core.ledger.sqlwriter import Merged, SQLiteWriter, _Call, _wake
 
@@ -59,6 +63,7 @@ CHUNK = 64
 """Calls gathered before they go to the child without waiting for the loop's iteration to end
 (ADR 0186: at 64, a wave of 512 replies overlapped with the child's work)."""
 
+_PIPE_SIZE = 1 << 20  # Linux's default pipe-max-size: a frame seldom waits for room
 _RUN_CHILD = (
     "import sys; from bridge_core.ledger.sqlchild import main; sys.exit(main(sys.argv[1:]))"
 )
@@ -135,6 +140,8 @@ class SQLiteWriterProcess:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # not asyncio: the thread writer takes every call
+        if sys.platform == "win32":
+            return self._not_started(OSError("its pipes need a POSIX system"))
         # ``-c``, not ``-m``: the package imports ``sqlchild`` (its constants) before ``-m``
         # would run it, and runpy warns of that
         command = [sys.executable, "-c", _RUN_CHILD, self.path, self._owner, str(os.getpid())]
@@ -142,12 +149,18 @@ class SQLiteWriterProcess:
         # thread that started it ends (``sqlchild``), and a worker thread ends when idle. The
         # fork and exec hold the loop for a few milliseconds, once, as the store opens.
         try:
-            child = spawn(command)
-        except OSError as error:  # no such interpreter, no new process allowed, not POSIX
+            child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # noqa: ASYNC220
+        except OSError as error:  # no such interpreter, or no new process allowed
             return self._not_started(error)
         assert child.stdin is not None and child.stdout is not None
         self._child, self._loop = child, loop
         self._out, self._in = child.stdin.fileno(), child.stdout.fileno()
+        for fd in (self._out, self._in):
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+            except OSError:  # a lower pipe-max-size: frames wait for room, in the event loop
+                pass
+            os.set_blocking(fd, False)
         self._ready = loop.create_future()
         loop.add_reader(self._in, self._readable)
         try:
@@ -354,7 +367,7 @@ class SQLiteWriterProcess:
 
     def _readable(self) -> None:
         try:
-            data = os.read(self._in, PIPE_SIZE)
+            data = os.read(self._in, _PIPE_SIZE)
         except BlockingIOError:
             return
         except OSError as error:

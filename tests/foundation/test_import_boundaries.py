@@ -1,7 +1,7 @@
 """The architecture's import rules, checked on the source (docs/architecture.md).
 
-- The vocabulary (``errors``, ``provider``, ``events``, ``conversation``, ``text``,
-  ``child_pipe``) imports nothing else of the project.
+- The vocabulary (``errors``, ``provider``, ``events``, ``conversation``, ``text``) imports
+  nothing else of the project.
 - The libraries (``sending``, ``notify``, ``ledger``, ``inbound``, ``ownership``, ``streams``)
   import the vocabulary only: never each other, the runtime, the CLI, the config or the plugin
   machinery.
@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = "bridge_core"
-VOCABULARY = ("errors", "provider", "events", "conversation", "text", "child_pipe")
+VOCABULARY = ("errors", "provider", "events", "conversation", "text")
 LIBRARIES = ("sending", "notify", "ledger", "inbound", "ownership", "streams")
 PLUGIN_MAY_IMPORT = (CORE, f"{CORE}.testing")
 
