@@ -23,7 +23,7 @@ from bridge_core.ledger.schedule import after_failure
 from bridge_core.provider import RETRY_AFTER_LIMIT, MessageRef, RateLimited
 
 ABSURD = [math.inf, -math.inf, math.nan, float("1e309"), -1.0, -1e-9, 1e12, 10**400]
-PENALTY = 0.2  # the schedule's default penalty here, in real seconds
+PENALTY = 0.1  # the schedule's default penalty here, in real seconds
 
 
 @given(
