@@ -1,9 +1,8 @@
 """The SQLite conversation log's writes, as data: each is a small object run on the writer's
 connection (``op(tx)``, or with its neighbours of one kind, ``type(op).many(tx, ops)``).
 
-They hold values only, never the log handle, so the same objects run in the handle's writer
-thread and, pickled, in its writer process (ADR 0189); the clock is the transaction's
-(``LogTx.wall``): the handle's in the thread, the system's wall clock in the process.
+They hold values only, never the log handle: what a write does is read here, apart from the
+handle's group commit (``sqlite_commit``), and the clock is the transaction's (``LogTx.wall``).
 """
 
 from __future__ import annotations
