@@ -99,7 +99,7 @@ def test_sigkill_mid_delivery_then_restart_delivers_every_accepted_message(
         tmp_path / "bridge.toml",
         transcript=transcript,
         ledger=str(tmp_path / "bridge.sqlite3"),
-        budget="{ burst = 1, per_second = 10.0, edit_spacing = 0.0 }",
+        budget="{ burst = 1, per_second = 20.0, edit_spacing = 0.0 }",
     )
     gw = GatewayProcess(config, tmp_path, args=["--ledger-writer", writer])
     gateways.append(gw)
