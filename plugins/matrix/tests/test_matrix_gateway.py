@@ -29,6 +29,9 @@ from bridge_matrix.testing.gateway import (
 from bridge_core.testing import services
 
 ECHO = re.compile(r"echo: (msg-\d+)\b")
+# One gateway: no group to settle into, so no settle delay (as the core's e2e runs); the default
+# 1 s settle and heartbeat held each start's first reply back some 2 s.
+ONE_GATEWAY = ["--settle", "0", "--heartbeat", "0.2"]
 
 
 @pytest.fixture
@@ -115,10 +118,7 @@ def test_sigkill_mid_delivery_loses_and_duplicates_nothing(
             ledger=str(tmp_path / "bridge.sqlite3"),
             budget="{ burst = 3, per_second = 4.0 }",
         )
-        # One gateway: no group to settle into, so no settle delay (as the core's e2e runs).
-        gateway = GatewayProcess(
-            config, tmp_path, token=bot.access_token, args=["--settle", "0", "--heartbeat", "0.2"]
-        )
+        gateway = GatewayProcess(config, tmp_path, token=bot.access_token, args=ONE_GATEWAY)
         gateways.append(gateway)
         for run in range(kills):
             gateway.start().wait_until_receiving()
