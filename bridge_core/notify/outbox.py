@@ -90,7 +90,7 @@ class Outbox:
             self.rejected += 1
             slot.refused = slot.version
             logger.error(
-                "notifier for %r: rendering the message for %s raised %s: %s; that version is "
+                "notifier for %r: rendering the message for %r raised %s: %s; that version is "
                 "dropped, the channel carries on",
                 self.channel,
                 slot.key[1],

@@ -64,8 +64,14 @@ def reset(*, hold: bool) -> None:
 
 
 async def delivered(gateway: Gateway, count: int) -> None:
+    """``count`` replies settled as delivered, and the channel idle again: the task that sent
+    the last one gives the channel's claim back just after its settle commits, so a reader of
+    the file can see the settle first (a race the test lost once, on a loaded machine)."""
+    api = gateway._assembled().api
     with anyio.fail_after(10):
         while (await gateway.ledger_counts())["delivered"] != count:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+        while api._begun:  # noqa: ASYNC110
             await anyio.sleep(0.01)
 
 
