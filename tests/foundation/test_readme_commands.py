@@ -34,7 +34,8 @@ def test_the_demo_command_runs_the_demo() -> None:
 def test_the_test_command_installs_every_plugin_and_runs_pytest() -> None:
     command = commands()["test"]
     assert "'.[test]'" in command and " plugins/*/ " in command
-    assert command.endswith(".venv/bin/python -m pytest")
+    # the whole suite, in two workers (pytest-xdist, from the test extra)
+    assert command.endswith(".venv/bin/python -m pytest -n 2")
     plugin_dirs = [
         path for path in (ROOT / "plugins").iterdir() if path.is_dir() and path.name[0] not in "._"
     ]
