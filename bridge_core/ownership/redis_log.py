@@ -17,7 +17,8 @@ delay, computed by readers from the entry (ADR 0031).
 
 A record's ``seq`` is its stream id ``<ms>-<n>`` packed as ``ms << 20 | n`` (order-preserving)
 and its ``inserted_at`` is ``ms / 1000``: Redis keeps ids increasing even if its clock steps back.
-Each member reads with plain ``XREAD`` from its own cursor (every member sees every record).
+Each member reads with plain ``XREAD`` from its own cursor (every member sees every record),
+on a connection the handle keeps for its reads, past the client's per-command layers (ADR 0191).
 
 Admissions and frames made at the same time by different tasks of one process go to the
 server in one script call (``redis_batch.WriteBatcher``, ADR 0130): one round trip and one
@@ -30,7 +31,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -140,6 +143,9 @@ class RedisConversationLog:
         self.heartbeat_key = f"{base}:hb"
         self.stats_key = f"{base}:stats"
         self.seen_prefix = f"{base}:seen:"
+        # the members' reads' own connection (``_xread``), and whether a read holds it
+        self._read_conn: AbstractConnection | None = None
+        self._read_busy = False
         self._join = client.register_script(_JOIN)
         self._leave = client.register_script(_LEAVE)
         self._heartbeat = client.register_script(_HEARTBEAT)
@@ -287,14 +293,48 @@ class RedisConversationLog:
     ) -> list[LogRecord]:
         # stay well inside redis-py's socket timeout (5 s by default) when blocking
         block = max(1, int(min(wait, 2.0) * 1000)) if wait > 0 else None
-        reply = await self._call(
-            self.client.xread({self.stream_key: stream_id_of(after_seq)}, count=limit, block=block)
-        )
+        after = stream_id_of(after_seq)
+        if self._read_busy:  # another read holds the handle's connection: this one the pool's
+            reply = await self._call(
+                self.client.xread({self.stream_key: after}, count=limit, block=block)
+            )
+            pairs = [pair for _key, entries in reply or () for pair in entries]
+            return [self._decode(entry_id, fields) for entry_id, fields in pairs]
+        entries = await self._call(self._xread(after, limit, block))
         out: list[LogRecord] = []
-        for _key, entries in reply or ():
-            for entry_id, fields in entries:
-                out.append(self._decode(entry_id, fields))
+        for entry_id, flat in entries:
+            it = iter(flat)
+            out.append(self._decode(entry_id, dict(zip(it, it, strict=True))))
         return out
+
+    async def _xread(self, after: str, limit: int, block: int | None) -> list[Any]:
+        """``XREAD`` on this handle's own connection: the command and its reply as the server
+        gives them, past the client's per-command layers (its pool, retry and reply shaping),
+        which cost more than the command on the members' hot path (ADR 0191). A cancelled or
+        failed read drops the connection, so no reply is ever left for the next command to
+        read as its own, and the next read connects again."""
+        conn = self._read_conn
+        if conn is None:
+            pool = self.client.connection_pool
+            conn = self._read_conn = pool.make_connection()  # type: ignore[no-untyped-call]
+        args: list[Any] = ["XREAD", "COUNT", limit]
+        if block is not None:
+            args += ["BLOCK", block]
+        self._read_busy = True
+        try:
+            await conn.send_command(*args, "STREAMS", self.stream_key, after)
+            reply = await conn.read_response()
+        except BaseException:
+            with anyio.CancelScope(shield=True):  # a cancelled read still drops it
+                await conn.disconnect(nowait=True)
+            raise
+        finally:
+            self._read_busy = False
+        if not reply:
+            return []
+        if isinstance(reply, dict):  # RESP3: {key: entries}
+            return list(reply.get(self.stream_key, ()))
+        return list(reply[0][1])  # RESP2: [[key, entries]]
 
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float
@@ -353,4 +393,6 @@ class RedisConversationLog:
         return LogStatistics(int(members), int(admitted or 0), int(answered or 0))
 
     async def aclose(self) -> None:
+        if self._read_conn is not None:
+            await self._read_conn.disconnect()
         await self.client.aclose()
