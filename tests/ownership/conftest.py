@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from bridge_core.ownership import (
     MemoryLogStore,
 )
 from bridge_core.provider import InboundMessage
+from bridge_core.testing.services import require_redis
 
 CHANNEL = "C1"
 
@@ -201,3 +203,18 @@ def harness() -> Any:
         author_owned_by=author_owned_by,
         conversation_of=conversation_of,
     )
+
+
+@pytest.fixture
+async def redis_log() -> AsyncIterator[Any]:
+    """A ``RedisConversationLog`` handle on channel "C" in the real Redis, under a key prefix of
+    its own, its keys deleted afterwards (the test module picks the asyncio backend)."""
+    from bridge_core.ownership.redis_log import RedisConversationLog
+
+    prefix = "test-own-" + uuid.uuid4().hex[:10]
+    handle = await RedisConversationLog.connect(require_redis(), channel="C", key_prefix=prefix)
+    yield handle
+    keys = [key async for key in handle.client.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await handle.client.delete(*keys)
+    await handle.aclose()

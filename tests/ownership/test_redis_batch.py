@@ -6,7 +6,6 @@ sent as one JSON argument the script decodes (ADR 0130, amended), come back as t
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -27,14 +26,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def log() -> AsyncIterator[RedisConversationLog]:
-    prefix = "test-batch-" + uuid.uuid4().hex[:10]
-    handle = await RedisConversationLog.connect(require_redis(), channel="C", key_prefix=prefix)
-    yield handle
-    keys = [key async for key in handle.client.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await handle.client.delete(*keys)
-    await handle.aclose()
+def log(redis_log: RedisConversationLog) -> RedisConversationLog:
+    return redis_log
 
 
 def message(mid: str) -> InboundMessage:

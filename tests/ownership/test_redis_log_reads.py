@@ -4,16 +4,12 @@ handle each get their own answer."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
 import anyio
 import pytest
 
 from bridge_core.conversation import Turn
 from bridge_core.ownership.redis_log import RedisConversationLog
 from bridge_core.provider import InboundMessage
-from bridge_core.testing.services import require_redis
 
 pytestmark = pytest.mark.anyio
 
@@ -23,24 +19,14 @@ def anyio_backend() -> str:
     return "asyncio"  # redis.asyncio
 
 
-@pytest.fixture
-async def log() -> AsyncIterator[RedisConversationLog]:
-    prefix = "test-reads-" + uuid.uuid4().hex[:10]
-    handle = await RedisConversationLog.connect(require_redis(), channel="C", key_prefix=prefix)
-    yield handle
-    keys = [key async for key in handle.client.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await handle.client.delete(*keys)
-    await handle.aclose()
-
-
 def message(number: int) -> InboundMessage:
     return InboundMessage(message_id=f"m{number}", channel="C", author="u", text="hi", at=0.0)
 
 
 async def test_a_read_cancelled_while_it_blocks_leaves_nothing_for_the_next(
-    log: RedisConversationLog,
+    redis_log: RedisConversationLog,
 ) -> None:
+    log = redis_log
     first = await log.admit(message(1))
     assert first is not None
     with anyio.move_on_after(0.2) as scope:
@@ -55,8 +41,9 @@ async def test_a_read_cancelled_while_it_blocks_leaves_nothing_for_the_next(
 
 
 async def test_reads_at_once_on_one_handle_each_get_their_answer(
-    log: RedisConversationLog,
+    redis_log: RedisConversationLog,
 ) -> None:
+    log = redis_log
     turns = [await log.admit(message(number)) for number in range(6)]
     seqs = [turn.seq for turn in turns if turn is not None]
     got: dict[int, list[int]] = {}
