@@ -239,9 +239,9 @@ class SqliteConversationLog:
             text=message.text,
             thread=message.thread,
             conversation=conversation,
-            prune=self._admits % self.prune_every == 0,
-            seen_ttl=self.seen_ttl,
-            retention=self.retention,
+            prune=(
+                (self.seen_ttl, self.retention) if self._admits % self.prune_every == 0 else None
+            ),
         )
         return await self._submit(admission)
 

@@ -8,6 +8,7 @@ handle's group commit (``sqlite_commit``), and the clock is the transaction's (`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -34,35 +35,19 @@ class _SeenBefore(Exception):
     """A merged run of admissions met an id seen before (see ``Admission.many``)."""
 
 
+@dataclass(slots=True, eq=False, kw_only=True)
 class Admission:
     """One admission: the dedup check of ``log_seen`` and the append of its turn, in the same
     transaction; concurrent admissions of one commit run together (``many``), in its order.
-    ``prune``: prune ids older than ``seen_ttl`` and records older than ``retention`` first."""
+    ``prune``: ``(seen_ttl, retention)`` when this admission first prunes ids and records older
+    than those (every ``prune_every`` admissions), else ``None``."""
 
-    __slots__ = (
-        "author", "conversation", "message_id", "prune", "retention", "seen_ttl", "text", "thread"
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        *,
-        message_id: str,
-        author: str,
-        text: str,
-        thread: str | None,
-        conversation: str,
-        prune: bool,
-        seen_ttl: float,
-        retention: float,
-    ) -> None:
-        self.message_id = message_id
-        self.author = author
-        self.text = text
-        self.thread = thread
-        self.conversation = conversation
-        self.prune = prune
-        self.seen_ttl = seen_ttl
-        self.retention = retention
+    message_id: str
+    author: str
+    text: str
+    thread: str | None
+    conversation: str
+    prune: tuple[float, float] | None
 
     def __call__(self, tx: LogTx) -> Turn | None:
         return self.many(tx, [self])[0]
@@ -79,12 +64,13 @@ class Admission:
         """
         conn, channel = tx.conn, tx.channel
         now = tx.now()
-        pruning = [op for op in ops if op.prune]
-        if pruning:
-            conn.execute("DELETE FROM log_seen WHERE seen_at < ?", (now - pruning[0].seen_ttl,))
+        prune = next((op.prune for op in ops if op.prune is not None), None)
+        if prune is not None:
+            seen_ttl, retention = prune
+            conn.execute("DELETE FROM log_seen WHERE seen_at < ?", (now - seen_ttl,))
             conn.execute(
                 "DELETE FROM log_records WHERE channel = ? AND inserted_at < ?",
-                (channel, now - pruning[0].retention),
+                (channel, now - retention),
             )
             tx.pruned = True
         ids = [op.message_id for op in ops]
@@ -120,16 +106,14 @@ class Admission:
         return out
 
 
+@dataclass(slots=True, eq=False)
 class Answer:
     """One frame (a member's answer to a turn); concurrent frames of one commit are appended
     together (``many``), in its order."""
 
-    __slots__ = ("member", "obligation", "turn")
-
-    def __init__(self, turn: Turn, member: str, obligation: str) -> None:
-        self.turn = turn
-        self.member = member
-        self.obligation = obligation
+    turn: Turn
+    member: str
+    obligation: str
 
     def __call__(self, tx: LogTx) -> Frame:
         return self.many(tx, [self])[0]
@@ -145,13 +129,13 @@ class Answer:
         return out
 
 
+@dataclass(slots=True, eq=False)
 class JoinGroup:
     """A member joins (its ``since`` is ``settle`` seconds on): the members before it come back
     with its join record."""
 
-    def __init__(self, member: str, settle: float) -> None:
-        self.member = member
-        self.settle = settle
+    member: str
+    settle: float
 
     def __call__(self, tx: LogTx) -> JoinResult:
         before = dict(
@@ -182,11 +166,11 @@ def _remove(tx: LogTx, member: str, since: float, reason: LeaveReason) -> Leave:
     return leave
 
 
+@dataclass(slots=True, eq=False)
 class LeaveGroup:
     """A member leaves gracefully: its leave record, or ``None`` if it was not a member."""
 
-    def __init__(self, member: str) -> None:
-        self.member = member
+    member: str
 
     def __call__(self, tx: LogTx) -> Leave | None:
         row = tx.conn.execute(
@@ -198,11 +182,11 @@ class LeaveGroup:
         return _remove(tx, self.member, row[0], LeaveReason.GRACEFUL)
 
 
+@dataclass(slots=True, eq=False)
 class Heartbeat:
     """A member's heartbeat: whether it is still a member."""
 
-    def __init__(self, member: str) -> None:
-        self.member = member
+    member: str
 
     def __call__(self, tx: LogTx) -> bool:
         cursor = tx.conn.execute(
@@ -212,11 +196,11 @@ class Heartbeat:
         return cursor.rowcount == 1
 
 
+@dataclass(slots=True, eq=False)
 class Reap:
     """Expire the members whose last heartbeat is older than ``expiry`` seconds."""
 
-    def __init__(self, expiry: float) -> None:
-        self.expiry = expiry
+    expiry: float
 
     def __call__(self, tx: LogTx) -> list[Leave]:
         rows = tx.conn.execute(
