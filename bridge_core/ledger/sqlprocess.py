@@ -32,8 +32,9 @@ import pickle
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import islice
+from threading import get_ident
 from typing import Any, TypeVar
 
 import anyio
@@ -108,6 +109,7 @@ class SQLiteWriterProcess:
         self._chunk = chunk
         self._fall_back = fall_back  # a child that cannot start leaves every call to the thread
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  # the thread the loop ran on when it started the child
         self._child: subprocess.Popen[bytes] | None = None
         self._out = self._in = -1
         # Calls gathered for the next frame: what goes down the pipe (``_wire``), and what
@@ -153,7 +155,7 @@ class SQLiteWriterProcess:
         except OSError as error:  # no such interpreter, or no new process allowed
             return self._not_started(error)
         assert child.stdin is not None and child.stdout is not None
-        self._child, self._loop = child, loop
+        self._child, self._loop, self._loop_thread = child, loop, get_ident()
         self._out, self._in = child.stdin.fileno(), child.stdout.fileno()
         for fd in (self._out, self._in):
             try:
@@ -188,17 +190,21 @@ class SQLiteWriterProcess:
 
     # ------------------------------------------------------------------ calls
 
-    async def call_merged(self, kind: Merged[I, T], item: I, *, durable: bool = True) -> T:
-        """As ``SQLiteWriter.call_merged``."""
+    def call_merged(self, kind: Merged[I, T], item: I, *, durable: bool = True) -> Awaitable[T]:
+        """As ``SQLiteWriter.call_merged``: what it returns is awaited for the result.
+
+        Not a coroutine: the future the answer sets is returned itself, so a caller's await
+        reaches it with no frame of ours in between, to create, suspend and resume, on each of
+        the two or three calls a reply makes."""
         loop = self._here()
         if loop is None:
-            return await self._thread.call_merged(kind, item, durable=durable)
+            return self._thread.call_merged(kind, item, durable=durable)
         if self._broken is not None:
             raise self._broken
         name = self._kinds[id(kind)]
         future: asyncio.Future[T] = loop.create_future()
         self._add((name, durable, item, False, 0), (future, item if name == "records" else None))
-        return await future
+        return future
 
     async def call_merged_many(
         self,
@@ -270,14 +276,16 @@ class SQLiteWriterProcess:
 
     def _here(self) -> asyncio.AbstractEventLoop | None:
         """The child's event loop when the caller runs on it; otherwise ``None`` (the thread
-        takes the call)."""
+        takes the call).
+
+        Read as "on the thread that started the child, with that loop running": asyncio runs
+        one loop a thread at a time, so no other loop can be running here. Not
+        ``asyncio.get_running_loop()``, which on CPython 3.11 makes a ``getpid`` system call
+        (it checks for a fork), two or three times a reply."""
         loop = self._loop
-        if loop is None:
+        if loop is None or get_ident() != self._loop_thread or not loop.is_running():
             return None
-        try:
-            return loop if asyncio.get_running_loop() is loop else None
-        except RuntimeError:
-            return None
+        return loop
 
     def _enqueue(self, pending: _Call[Any]) -> None:
         if self._broken is not None:

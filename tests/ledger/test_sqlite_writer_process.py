@@ -252,6 +252,25 @@ def test_off_asyncio_there_is_no_child_and_the_thread_writes(tmp_path: Path) -> 
     anyio.run(run, backend="trio")
 
 
+async def test_a_call_from_another_threads_event_loop_goes_to_the_thread_writer(
+    store: SQLiteLedgerStore,
+) -> None:
+    """The child answers its own loop's calls only: a call made on a loop of another thread
+    (while the child's loop runs) is the thread writer's, and both rows are stored."""
+    import asyncio
+
+    await store.record(reply(0), now=1.0)
+    hot_calls, thread_calls = store.hot.calls, store.writer.calls
+
+    def elsewhere() -> tuple[object, bool]:
+        return asyncio.run(store.record(reply(1), now=1.0))  # type: ignore[arg-type]
+
+    _, created = await anyio.to_thread.run_sync(elsewhere)
+    assert created
+    assert store.writer.calls == thread_calls + 1 and store.hot.calls == hot_calls
+    assert (await store.get("o1")) is not None and (await store.get("o0")) is not None
+
+
 @pytest.mark.parametrize("writer", ["auto", "process"])
 @pytest.mark.parametrize("cause", ["child ends before READY", "no interpreter"])
 async def test_a_child_that_cannot_start_leaves_auto_on_the_thread_and_fails_process(
