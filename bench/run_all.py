@@ -11,8 +11,11 @@ another, so one benchmark's threads, event loops and tracemalloc never touch the
 figures, and a module that crashes or hangs fails alone. The child calls the module's
 ``figures(quick=...)`` (``bench/_figures.py``) and hands the records back as JSON on its stdout;
 whatever the benchmark prints itself goes to stderr, which the parent shows only for a module
-that failed (or with ``--verbose``). A target that is not met is reported, not an error: the
-exit status is non-zero only when a module fails.
+that failed (or with ``--verbose``). The child freezes what the module's imports built before
+it measures, as ``chatbridge run`` freezes start-up's objects once it serves (ADR 0156, ADR
+0192); a module run directly (``python bench/bench_ledger.py``) does not, and its figures can
+differ by the collector's scans of those objects. A target that is not met is reported, not an
+error: the exit status is non-zero only when a module fails.
 
 The machine is shared and has few cores, so every figure carries the load average when it was
 taken, and the run records the load before and after, with the CPU count, Python and commit.
@@ -38,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from _figures import Figure, table
+
+from bridge_core.commands.run import freeze_startup_objects
 
 __all__ = ["Run", "discover", "machine", "main", "run_module", "save"]
 
@@ -152,6 +157,10 @@ def _child(path: Path, *, quick: bool) -> None:
     real_stdout = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # the benchmark's own printout
         spec.loader.exec_module(module)
+        # Measured as in the gateway's process: ``chatbridge run`` freezes what start-up built
+        # once it serves (ADR 0156), so no full collection scans the modules again; here the
+        # module's imports are start-up (ADR 0192).
+        freeze_startup_objects()
         found = module.figures(quick=quick)
     json.dump([figure.to_dict() for figure in found], real_stdout)
     real_stdout.flush()
