@@ -42,8 +42,6 @@ from typing import Any
 
 from _figures import Figure, table
 
-from bridge_core.commands.run import freeze_startup_objects
-
 __all__ = ["Run", "discover", "machine", "main", "run_module", "save"]
 
 HERE = Path(__file__).resolve().parent
@@ -149,6 +147,8 @@ def run_module(path: Path, *, quick: bool, timeout: float) -> tuple[list[Figure]
 
 def _child(path: Path, *, quick: bool) -> None:
     """In the child: import the module by path, call ``figures``, write JSON to stdout."""
+    from bridge_core.commands.run import freeze_startup_objects  # the child's only: see below
+
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None

@@ -298,21 +298,19 @@ class RedisConversationLog:
             reply = await self._call(
                 self.client.xread({self.stream_key: after}, count=limit, block=block)
             )
-            pairs = [pair for _key, entries in reply or () for pair in entries]
-            return [self._decode(entry_id, fields) for entry_id, fields in pairs]
-        entries = await self._call(self._xread(after, limit, block))
-        out: list[LogRecord] = []
-        for entry_id, flat in entries:
-            it = iter(flat)
-            out.append(self._decode(entry_id, dict(zip(it, it, strict=True))))
-        return out
+            entries = [entry for _key, found in reply or () for entry in found]
+        else:
+            entries = await self._call(self._xread(after, limit, block))
+        return [self._decode(entry_id, fields) for entry_id, fields in entries]
 
-    async def _xread(self, after: str, limit: int, block: int | None) -> list[Any]:
-        """``XREAD`` on this handle's own connection: the command and its reply as the server
-        gives them, past the client's per-command layers (its pool, retry and reply shaping),
-        which cost more than the command on the members' hot path (ADR 0191). A cancelled or
-        failed read drops the connection, so no reply is ever left for the next command to
-        read as its own, and the next read connects again."""
+    async def _xread(
+        self, after: str, limit: int, block: int | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        """``XREAD`` on this handle's own connection, each entry as the client's ``xread``
+        gives it (its id and its fields), past the client's per-command layers (its pool,
+        retry and reply shaping), which cost more than the command on the members' hot path
+        (ADR 0191). A cancelled or failed read drops the connection, so no reply is ever left
+        for the next command to read as its own, and the next read connects again."""
         conn = self._read_conn
         if conn is None:
             pool = self.client.connection_pool
@@ -332,9 +330,9 @@ class RedisConversationLog:
             self._read_busy = False
         if not reply:
             return []
-        if isinstance(reply, dict):  # RESP3: {key: entries}
-            return list(reply.get(self.stream_key, ()))
-        return list(reply[0][1])  # RESP2: [[key, entries]]
+        # RESP3: {key: entries}; RESP2: [[key, entries]]; an entry's fields come flat
+        found = reply.get(self.stream_key, ()) if isinstance(reply, dict) else reply[0][1]
+        return [(entry_id, _pairs(flat)) for entry_id, flat in found]
 
     async def read_back(
         self, *, before_seq: int, members: Mapping[str, float], not_before: float
@@ -396,3 +394,9 @@ class RedisConversationLog:
         if self._read_conn is not None:
             await self._read_conn.disconnect()
         await self.client.aclose()
+
+
+def _pairs(flat: list[str]) -> dict[str, str]:
+    """A stream entry's fields as the server sends them (``field, value, …``), as a mapping."""
+    it = iter(flat)
+    return dict(zip(it, it, strict=True))

@@ -5,6 +5,7 @@ calls sees them; off asyncio there is no child."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -257,13 +258,11 @@ async def test_a_call_from_another_threads_event_loop_goes_to_the_thread_writer(
 ) -> None:
     """The child answers its own loop's calls only: a call made on a loop of another thread
     (while the child's loop runs) is the thread writer's, and both rows are stored."""
-    import asyncio
-
     await store.record(reply(0), now=1.0)
     hot_calls, thread_calls = store.hot.calls, store.writer.calls
 
     def elsewhere() -> tuple[object, bool]:
-        return asyncio.run(store.record(reply(1), now=1.0))  # type: ignore[arg-type]
+        return asyncio.run(store.record(reply(1), now=1.0))
 
     _, created = await anyio.to_thread.run_sync(elsewhere)
     assert created
